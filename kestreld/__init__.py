@@ -1,0 +1,3 @@
+"""kestreld: a Kestrel-compatible message queue server (memcache text protocol)."""
+
+__version__ = "1.0.0"

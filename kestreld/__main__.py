@@ -1,0 +1,3 @@
+from kestreld.cli import main
+
+raise SystemExit(main())

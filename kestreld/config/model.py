@@ -1,0 +1,307 @@
+"""The server and per-queue configuration: one typed object, validated once.
+
+The config file is TOML.  Top-level per-queue keys are the defaults for every
+queue; ``[queues.NAME]`` overrides them for one queue and
+``[queues."NAME+READER"]`` for one fanout reader, which inherits from NAME.
+Sizes are integers (bytes) or strings with a unit ("16MiB"); durations are
+integers (milliseconds) or strings with a unit ("100ms", "30s").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from kestreld.journal.files import split_queue_name
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+class ConfigError(Exception):
+    """A config value or file that cannot be used; the message names the key."""
+
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": KiB, "kb": KiB, "kib": KiB,
+    "m": MiB, "mb": MiB, "mib": MiB,
+    "g": 1024 * MiB, "gb": 1024 * MiB, "gib": 1024 * MiB,
+    "t": 1024**4, "tb": 1024**4, "tib": 1024**4,
+}  # fmt: skip
+_DURATION_UNITS = {
+    "": 1, "ms": 1, "s": 1000, "sec": 1000, "seconds": 1000,
+    "m": 60_000, "min": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hours": 3_600_000, "d": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+_UNIT_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def _parse_unit(key: str, value: Any, units: dict[str, int], what: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a {what}, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"{key}: must not be negative (got {value})")
+        return value
+    if isinstance(value, float):
+        raise ConfigError(f"{key}: expected an integer {what}, got {value!r}")
+    if isinstance(value, str):
+        m = _UNIT_RE.fullmatch(value)
+        if m:
+            unit = m.group(2).lower()
+            if unit in units:
+                return int(float(m.group(1)) * units[unit])
+            raise ConfigError(f"{key}: unknown unit {m.group(2)!r} in {value!r}")
+    raise ConfigError(f"{key}: expected a {what} like {'16MiB' if what == 'size' else '30s'}, got {value!r}")
+
+
+def parse_size(key: str, value: Any) -> int:
+    """Bytes from an int or a string such as "16MiB" (K/M/G are powers of 1024)."""
+    return _parse_unit(key, value, _SIZE_UNITS, "size")
+
+
+def parse_duration(key: str, value: Any) -> int:
+    """Milliseconds from an int (ms) or a string such as "100ms", "30s", "5m"."""
+    return _parse_unit(key, value, _DURATION_UNITS, "duration")
+
+
+def _parse_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "on", "yes", "false", "off", "no"):
+        return value.lower() in ("true", "on", "yes")
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def _parse_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if value < 0:
+        raise ConfigError(f"{key}: must not be negative (got {value})")
+    return value
+
+
+def _parse_str(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
+def _parse_queue_ref(key: str, value: Any) -> str:
+    name = _parse_str(key, value)
+    if split_queue_name(name) is None:
+        raise ConfigError(f"{key}: {name!r} is not a legal queue name")
+    return name
+
+
+# How each key's value is read, and whether 0 means "unset" for optional limits.
+_SIZE, _DURATION, _BOOL, _INT, _STR, _QUEUE = "size", "duration", "bool", "int", "str", "queue"
+_PARSERS = {
+    _SIZE: parse_size,
+    _DURATION: parse_duration,
+    _BOOL: _parse_bool,
+    _INT: _parse_int,
+    _STR: _parse_str,
+    _QUEUE: _parse_queue_ref,
+}
+
+
+@dataclass(slots=True, frozen=True)
+class QueueConfig:
+    """Effective settings of one queue or fanout reader (None = unset/unlimited)."""
+
+    max_items: int | None = None
+    max_size: int | None = None
+    max_item_size: int = 16 * MiB
+    max_age: int | None = None  # ms
+    discard_old_when_full: bool = False
+    journal: bool = True
+    sync_journal: int | None = None  # ms between fsyncs; 0 = before every STORED; None = never
+    max_journal_size: int = 16 * MiB
+    max_memory_size: int = 128 * MiB
+    expire_to_queue: str | None = None
+    max_expire_sweep: int | None = None
+    fanout_only: bool = False
+    max_queue_age: int | None = None  # ms
+    open_transaction_timeout: int | None = None  # ms
+
+
+#: Per-queue keys in dump_config order, with their kind.
+QUEUE_KEYS: dict[str, str] = {
+    "max_items": _INT,
+    "max_size": _SIZE,
+    "max_item_size": _SIZE,
+    "max_age": _DURATION,
+    "discard_old_when_full": _BOOL,
+    "journal": _BOOL,
+    "sync_journal": _DURATION,
+    "max_journal_size": _SIZE,
+    "max_memory_size": _SIZE,
+    "expire_to_queue": _QUEUE,
+    "max_expire_sweep": _INT,
+    "fanout_only": _BOOL,
+    "max_queue_age": _DURATION,
+    "open_transaction_timeout": _DURATION,
+}
+_DURATION_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _DURATION}
+_SIZE_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _SIZE}
+
+
+@dataclass(slots=True, frozen=True)
+class ServerConfig:
+    """Server-wide settings plus the per-queue configuration tree."""
+
+    listen_address: str = "127.0.0.1"
+    port: int = 22133
+    queue_path: str = "queues"
+    archive_path: str | None = None
+    max_open_reads: int = 100
+    client_timeout: int = 0  # ms, 0 = never
+    expiration_timer_frequency: int = 1000  # ms, 0 = off
+    max_line_length: int = 8 * KiB
+    max_connections: int = 10_000
+    checkpoint_interval: int = 1000  # ms
+    metrics_port: int | None = None
+    metrics_address: str | None = None  # defaults to listen_address
+    log_level: str = "info"
+    log_format: str = "console"
+    default_queue: QueueConfig = field(default_factory=QueueConfig)
+    queues: dict[str, QueueConfig] = field(default_factory=dict)  # explicit [queues.X] tables
+    source: str | None = None  # the file this was read from
+
+    def queue(self, name: str) -> QueueConfig:
+        """Effective config for a queue or fanout reader name (which need not exist)."""
+        found = self.queues.get(name)
+        if found is not None:
+            return found
+        parent, _, _ = name.partition("+")
+        if parent != name:
+            return self.queues.get(parent, self.default_queue)
+        return self.default_queue
+
+    def configured_readers(self) -> list[str]:
+        """Fanout readers named in the config (``q+r`` tables): they exist from start-up."""
+        return [n for n in self.queues if "+" in n]
+
+
+SERVER_KEYS: dict[str, str] = {
+    "listen_address": _STR,
+    "port": _INT,
+    "queue_path": _STR,
+    "archive_path": _STR,
+    "max_open_reads": _INT,
+    "client_timeout": _DURATION,
+    "expiration_timer_frequency": _DURATION,
+    "max_line_length": _SIZE,
+    "max_connections": _INT,
+    "checkpoint_interval": _DURATION,
+    "metrics_port": _INT,
+    "metrics_address": _STR,
+    "log_level": _STR,
+    "log_format": _STR,
+}
+_LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, raw in table.items():
+        kind = QUEUE_KEYS.get(key)
+        if kind is None:
+            raise ConfigError(f"{where}{key}: unknown queue setting")
+        if raw is None:
+            out[key] = None
+            continue
+        if kind != _BOOL and isinstance(raw, str) and raw.lower() in ("none", "off", "never", "unlimited"):
+            if key in ("max_item_size", "max_journal_size", "max_memory_size"):
+                raise ConfigError(f"{where}{key}: must be a size, not {raw!r}")
+            out[key] = None
+            continue
+        out[key] = _PARSERS[kind](where + key, raw)
+    return out
+
+
+def _check_queue(where: str, cfg: QueueConfig) -> None:
+    if cfg.max_journal_size < 4 * KiB:
+        raise ConfigError(f"{where}max_journal_size: must be at least 4KiB (got {cfg.max_journal_size})")
+    if cfg.max_item_size > 16 * MiB:
+        raise ConfigError(f"{where}max_item_size: at most 16MiB, the journal's record limit")
+
+
+def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig:
+    """Validate a parsed TOML document into a ServerConfig (raises ConfigError)."""
+    server: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    tables: dict[str, Any] = {}
+    for key, raw in doc.items():
+        if key == "queues":
+            if not isinstance(raw, dict):
+                raise ConfigError("queues: expected tables like [queues.NAME]")
+            tables = raw
+        elif key in SERVER_KEYS:
+            server[key] = None if raw is None else _PARSERS[SERVER_KEYS[key]](key, raw)
+        elif key in QUEUE_KEYS:
+            defaults.update(_queue_values("", {key: raw}))
+        else:
+            raise ConfigError(f"{key}: unknown setting")
+    if "log_level" in server and server["log_level"].lower() not in _LOG_LEVELS:
+        raise ConfigError(f"log_level: expected one of {', '.join(_LOG_LEVELS)}")
+    if "log_format" in server and server["log_format"] not in ("console", "json"):
+        raise ConfigError("log_format: expected console or json")
+    if "port" in server and not 0 <= server["port"] <= 65535:
+        raise ConfigError(f"port: {server['port']} is not a TCP port")
+    if server.get("max_line_length", 8 * KiB) < 64:
+        raise ConfigError("max_line_length: must be at least 64 bytes")
+
+    default_queue = QueueConfig(**defaults)
+    _check_queue("", default_queue)
+    queues: dict[str, QueueConfig] = {}
+    # Parents first, so that a reader inherits its parent's table.
+    for name in sorted(tables, key=lambda n: ("+" in n, n)):
+        table = tables[name]
+        if split_queue_name(name) is None:
+            raise ConfigError(f"queues.{name}: illegal queue name")
+        if not isinstance(table, dict):
+            raise ConfigError(f"queues.{name}: expected a table")
+        base = queues.get(name.partition("+")[0], default_queue) if "+" in name else default_queue
+        cfg = dataclasses.replace(base, **_queue_values(f"queues.{name}.", table))
+        _check_queue(f"queues.{name}.", cfg)
+        queues[name] = cfg
+    return ServerConfig(**server, default_queue=default_queue, queues=queues, source=source)
+
+
+def load_config(path: str | None) -> ServerConfig:
+    """Read and validate a config file; None gives the embedded defaults."""
+    if path is None:
+        return ServerConfig()
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return build_config(doc, source=path)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def render_value(key: str, value: Any) -> str:
+    """A value as dump_config shows it: bytes, ms, true/false, (none)."""
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def dump_lines(cfg: QueueConfig) -> list[str]:
+    """``key=value`` lines in the reference order."""
+    return [f"{key}={render_value(key, getattr(cfg, key))}" for key in QUEUE_KEYS]

@@ -1,0 +1,1 @@
+"""The durable journal: libkestrel's writer segments and reader checkpoints."""

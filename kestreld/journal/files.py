@@ -1,0 +1,126 @@
+"""Names of the files in a queue folder, and telling them apart.
+
+- writer segments ``<queue>.<epoch_ms>`` (numeric suffix, oldest first)
+- reader checkpoints ``<queue>.read.<reader>`` (``<queue>.read.`` = default reader)
+- temporaries: any name containing ``~~`` (deleted at start-up)
+- ``.kestreld-status`` and ``.lock`` (server state)
+
+Queue names are ``[A-Za-z0-9_:-]{1,200}``; a fanout reader is ``queue+reader``.
+Because a legal queue name has no dot, everything before the first dot of a
+file name is its queue.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from kestreld.journal.codec import MAGIC_SIZE, WRITER_MAGIC, READER_MAGIC
+
+NAME_RE = re.compile(r"[A-Za-z0-9_:\-]{1,200}")
+STATUS_FILE = ".kestreld-status"
+LOCK_FILE = ".lock"
+TEMP_MARK = "~~"
+KESTREL2_OPCODES = frozenset(range(10))
+
+
+def is_legal_name(name: str) -> bool:
+    """A queue or reader name that can safely become part of a file name."""
+    return NAME_RE.fullmatch(name) is not None
+
+
+def split_queue_name(name: str) -> tuple[str, str] | None:
+    """``"q"`` -> ``("q", "")``, ``"q+r"`` -> ``("q", "r")``; None when illegal."""
+    queue, plus, reader = name.partition("+")
+    if not is_legal_name(queue):
+        return None
+    if plus:
+        if not is_legal_name(reader):
+            return None
+        return queue, reader
+    return queue, ""
+
+
+def segment_name(queue: str, stamp: int) -> str:
+    return f"{queue}.{stamp}"
+
+
+def checkpoint_name(queue: str, reader: str) -> str:
+    return f"{queue}.read.{reader}"
+
+
+@dataclass(slots=True)
+class QueueFiles:
+    """The native files of one queue found in a folder."""
+
+    queue: str
+    segments: list[tuple[int, str]] = field(default_factory=list)  # (stamp, path), oldest first
+    checkpoints: dict[str, str] = field(default_factory=dict)  # reader name -> path
+
+
+@dataclass(slots=True)
+class FolderScan:
+    queues: dict[str, QueueFiles]
+    temporaries: list[str]  # paths with ~~ in the name
+    kestrel2: list[str]  # paths that look like Kestrel 2.x journals
+    unknown: list[str]  # other files we leave alone
+
+
+def _read_magic(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAGIC_SIZE)
+    except OSError:
+        return b""
+
+
+def scan_folder(path: str) -> FolderScan:
+    """Classify every file in a queue folder (no file is read beyond 4 bytes)."""
+    queues: dict[str, QueueFiles] = {}
+    temporaries: list[str] = []
+    kestrel2: list[str] = []
+    unknown: list[str] = []
+    try:
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        names = []
+    for name in names:
+        full = os.path.join(path, name)
+        if name in (STATUS_FILE, LOCK_FILE) or not os.path.isfile(full):
+            continue
+        if TEMP_MARK in name:
+            temporaries.append(full)
+            continue
+        queue, dot, rest = name.partition(".")
+        if not is_legal_name(queue):
+            unknown.append(full)
+            continue
+        if not dot:
+            # A bare queue name is the live file of a Kestrel 2.x journal.
+            kestrel2.append(full)
+            continue
+        if rest.startswith("read."):
+            reader = rest[5:]
+            if reader == "" or is_legal_name(reader):
+                queues.setdefault(queue, QueueFiles(queue)).checkpoints[reader] = full
+            else:
+                unknown.append(full)
+            continue
+        if rest.isdigit():
+            magic = _read_magic(full)
+            if magic == WRITER_MAGIC or len(magic) < MAGIC_SIZE and WRITER_MAGIC.startswith(magic):
+                # A segment torn before its magic was complete is still ours (and empty).
+                queues.setdefault(queue, QueueFiles(queue)).segments.append((int(rest), full))
+            elif magic[:1] and magic[0] in KESTREL2_OPCODES and magic != READER_MAGIC:
+                kestrel2.append(full)
+            else:
+                unknown.append(full)
+            continue
+        if rest.endswith(".pack") and rest[:-5].isdigit():
+            kestrel2.append(full)
+            continue
+        unknown.append(full)
+    for files in queues.values():
+        files.segments.sort()
+    return FolderScan(queues, temporaries, kestrel2, unknown)
