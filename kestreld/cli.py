@@ -1,0 +1,69 @@
+"""The ``kestreld`` command: the server, and its tools as sub-commands.
+
+    kestreld [--config FILE] [--listen ADDR] [--port N] [--queue-path DIR] ...
+    kestreld journal dump PATH... [--stats]
+    kestreld journal import-kestrel2 OLD_DIR NEW_DIR [--queue NAME] [--dry-run]
+    kestreld analyze SOURCE --out DIR [--master URL] [--since T] [--until T]
+    kestreld ping [--host H] [--port N]
+
+Sub-commands import their modules lazily: the server never imports Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# sub-command -> module whose main(argv) -> int runs it
+_TOOLS = {
+    ("journal", "dump"): "kestreld.journal.dump",
+    ("journal", "import-kestrel2"): "kestreld.journal.kestrel2_import",
+    ("analyze",): "kestreld.pipeline.analyze",
+    ("ping",): "kestreld.protocol.ping",
+}
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kestreld",
+        description="Kestrel-compatible message queue server (memcache text protocol). "
+        "Tools: 'kestreld journal dump', 'kestreld journal import-kestrel2', "
+        "'kestreld analyze', 'kestreld ping'.",
+    )
+    p.add_argument("--config", help="TOML config file (default: embedded defaults)")
+    p.add_argument("--listen", dest="listen_address", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default 22133)")
+    p.add_argument("--queue-path", dest="queue_path", help="queue folder (default ./queues)")
+    p.add_argument("--log-format", dest="log_format", choices=["console", "json"])
+    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for words, module in _TOOLS.items():
+        if tuple(argv[: len(words)]) == words:
+            return int(importlib.import_module(module).main(argv[len(words) :]) or 0)
+    if argv[:1] == ["journal"]:
+        print("usage: kestreld journal {dump,import-kestrel2} ...", file=sys.stderr)
+        return 2
+    args = _serve_parser().parse_args(argv)
+    if args.version:
+        from kestreld import __version__
+
+        print(__version__)
+        return 0
+    from kestreld.protocol.server import run_server
+
+    overrides = {
+        k: v
+        for k, v in vars(args).items()
+        if k in ("listen_address", "port", "queue_path", "log_format", "log_level") and v is not None
+    }
+    return run_server(args.config, overrides)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
