@@ -1,0 +1,696 @@
+"""One client connection: the memcache text protocol, parsed incrementally.
+
+``data_received`` parses every complete request in the bytes that arrived
+(pipelined requests, requests split across packets, data blocks holding any
+bytes) and dispatches on the command word.  Replies are collected and written
+once per batch of requests.  A ``set`` is acknowledged only when its journal
+batch is written (or fsynced, with ``sync_journal = 0``): its reply waits in
+the output list as a pending :class:`Batch` and later replies queue behind it,
+so replies always come back in request order.
+
+A request that must wait (a blocking get, ``monitor``) suspends parsing until
+it completes; the rest of the input stays buffered, and reading is paused
+when too much piles up.  A client that does not read its replies pauses
+reading too (``pause_writing``), so nothing is buffered without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+import structlog
+
+from kestreld.journal.files import split_queue_name
+from kestreld.journal.writer import Batch, JournalWriteError
+from kestreld.protocol.status import ServerStatus
+from kestreld.queues.journaled_queue import QueueFull
+from kestreld.queues.reader import OpenRead, Reader
+
+if TYPE_CHECKING:
+    from kestreld.protocol.server import Server
+
+log = structlog.get_logger("kestreld.protocol")
+
+STORED = b"STORED\r\n"
+NOT_STORED = b"NOT_STORED\r\n"
+END = b"END\r\n"
+ERROR = b"ERROR\r\n"
+DELETED = b"DELETED\r\n"
+VALUE_END = b"\r\nEND\r\n"
+
+#: Input held while a request waits, before reading from the socket pauses.
+INPUT_PAUSE_LIMIT = 1024 * 1024
+#: Bytes of a partial data block below which we simply concatenate packets.
+ACCUMULATE_THRESHOLD = 64 * 1024
+
+_RELATIVE_EXPIRY_LIMIT = 1_000_000
+
+
+class _Get:
+    """Parsed options of ``get <q>[/t=ms][/open][/close][/abort][/peek]``."""
+
+    __slots__ = ("name", "timeout", "open", "close", "abort", "peek")
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.timeout = 0
+        self.open = self.close = self.abort = self.peek = False
+
+
+def _client_error(reason: str) -> bytes:
+    return b"CLIENT_ERROR " + reason.encode() + b"\r\n"
+
+
+def _server_error(reason: str) -> bytes:
+    return b"SERVER_ERROR " + reason.encode() + b"\r\n"
+
+
+BAD_QUEUE_NAME = _client_error("bad queue name")
+
+
+class MemcacheConnection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.stats = server.stats
+        self.transport: asyncio.Transport | None = None
+        self.peer = None
+        self.buf = b""
+        self.chunks: list[bytes] | None = None  # a large data block arriving in pieces
+        self.chunk_len = 0
+        self.need = 0
+        self.skip = 0  # bytes of an oversized data block still to discard
+        self.skip_reply: bytes | None = None
+        self.pending_set: tuple[str, int, int, bool] | None = None  # queue, expiry ms, size, noreply
+        self.out: list[bytes | Batch] = []
+        self.pending_batches = 0
+        self._last_batch: Batch | None = None
+        self.waiting: asyncio.Future | None = None
+        self.closing = False
+        self.write_paused = False
+        self.read_paused = False
+        self.last_active = time.monotonic()
+        self.open_reads: dict[Reader, deque[OpenRead]] = {}
+
+    # --- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        server = self.server
+        if len(server.connections) >= server.config.max_connections:
+            log.warning("connection_refused", peer=self.peer, reason="too many connections")
+            transport.write(_server_error("too many connections"))  # type: ignore[attr-defined]
+            self.closing = True
+            transport.close()
+            return
+        server.connections.add(self)
+        self.stats.total_connections += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connections.discard(self)
+        if exc is not None:
+            log.info("connection_error", peer=self.peer, error=str(exc))
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.cancel()
+        self.release_open_reads()
+
+    def release_open_reads(self) -> None:
+        """Every open read goes back to the head of its queue, in original order."""
+        reads, self.open_reads = self.open_reads, {}
+        for reader, queue in reads.items():
+            reader.abort(list(queue))
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._resume()
+
+    def _pause_reading(self) -> None:
+        if not self.read_paused and self.transport is not None and not self.closing:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.stats.bytes_read += len(data)
+        self.last_active = time.monotonic()
+        if self.skip:
+            n = min(self.skip, len(data))
+            self.skip -= n
+            data = data[n:]
+            if self.skip:
+                return
+            self._skip_done()
+        if self.chunks is not None:
+            self.chunks.append(data)
+            self.chunk_len += len(data)
+            if self.chunk_len < self.need:
+                return
+            data = b"".join(self.chunks)
+            self.chunks = None
+        elif self.buf:
+            data = self.buf + data
+        if self.waiting is not None or self.write_paused or self.closing:
+            self.buf = data
+            if len(data) > INPUT_PAUSE_LIMIT:
+                self._pause_reading()
+            return
+        self.buf = b""
+        self.process(data)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    # --- parsing ------------------------------------------------------------------------
+
+    def process(self, data: bytes) -> None:
+        """Run every complete request in ``data``; keep the rest for later."""
+        pos = 0
+        end = len(data)
+        max_line = self.server.config.max_line_length
+        commands = _COMMANDS
+        while pos < end:
+            if self.waiting is not None or self.closing or self.write_paused:
+                break
+            pending = self.pending_set
+            if pending is not None:
+                size = pending[2]
+                if end - pos < size + 2:
+                    break
+                block = data[pos : pos + size]
+                ok = data[pos + size : pos + size + 2] == b"\r\n"
+                pos += size + 2
+                self.pending_set = None
+                if ok:
+                    self._store(pending[0], pending[1], block, pending[3])
+                else:
+                    self.out.append(_client_error("bad data chunk"))
+                continue
+            nl = data.find(b"\n", pos)
+            if nl < 0 or nl - pos >= max_line:
+                if nl >= 0 or end - pos >= max_line:
+                    self.out.append(_client_error("line too long"))
+                    self._close_after_reply()
+                    pos = end
+                break
+            stop = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
+            args = data[pos:stop].split()
+            pos = nl + 1
+            if not args:
+                continue
+            handler = commands.get(args[0])
+            if handler is None:
+                handler = commands.get(args[0].lower())
+                if handler is None:
+                    name = args[0].lower().decode("ascii", "replace")[:40]
+                    self.out.append(_client_error(f"unknown command {name}"))
+                    continue
+            handler(self, args)
+            if self.skip:
+                n = min(self.skip, end - pos)
+                self.skip -= n
+                pos += n
+                if self.skip:
+                    break
+                self._skip_done()
+        rest = data[pos:] if pos < end else b""
+        if self.pending_set is not None and len(rest) < self.pending_set[2] + 2:
+            need = self.pending_set[2] + 2
+            if need > ACCUMULATE_THRESHOLD and self.waiting is None:
+                self.chunks = [rest]
+                self.chunk_len = len(rest)
+                self.need = need
+                rest = b""
+        self.buf = rest
+        self.flush_out()
+
+    def _skip_done(self) -> None:
+        if self.skip_reply is not None:
+            self.out.append(self.skip_reply)
+            self.skip_reply = None
+        self.flush_out()
+
+    def _resume(self) -> None:
+        """Continue with buffered input after a wait or a write pause ended."""
+        if self.closing or self.write_paused or self.waiting is not None:
+            return
+        if self.read_paused and self.transport is not None:
+            self.read_paused = False
+            self.transport.resume_reading()
+        data, self.buf = self.buf, b""
+        if data:
+            self.process(data)
+        else:
+            self.flush_out()
+
+    # --- output -------------------------------------------------------------------------
+
+    def flush_out(self) -> None:
+        out = self.out
+        if not out or self.transport is None:
+            return
+        if not self.pending_batches:
+            data = b"".join(out)  # type: ignore[arg-type]
+            out.clear()
+        else:
+            ready: list[bytes] = []
+            i = 0
+            for i, part in enumerate(out):  # noqa: B007
+                if part.__class__ is bytes:
+                    ready.append(part)  # type: ignore[arg-type]
+                elif part.done:  # type: ignore[union-attr]
+                    self.pending_batches -= 1
+                    ready.append(STORED if part.error is None else _server_error(part.error))  # type: ignore[union-attr]
+                else:
+                    break
+            else:
+                i = len(out)
+            del out[:i]
+            data = b"".join(ready)
+        if data and not self.closing:
+            self.stats.bytes_written += len(data)
+            self.transport.write(data)
+
+    def _on_batch(self, batch: Batch) -> None:
+        if self._last_batch is batch:
+            self._last_batch = None
+        self.flush_out()
+
+    def _close_after_reply(self) -> None:
+        self.flush_out()
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # --- set ------------------------------------------------------------------------------
+
+    def cmd_set(self, args: list[bytes]) -> None:
+        self.stats.cmd_set += 1
+        if len(args) < 5:
+            self.out.append(_client_error("bad command line format"))
+            return
+        try:
+            size = int(args[4])
+            if size < 0:
+                raise ValueError
+        except ValueError:
+            self.out.append(_client_error("bad data chunk"))
+            self._close_after_reply()
+            return
+        noreply = len(args) > 5 and args[5] == b"noreply"
+        try:
+            int(args[2])
+            exptime = int(args[3])
+        except ValueError:
+            return self._discard_block(size, _client_error("bad command line format"), noreply)
+        name = _queue_name(args[1])
+        if name is None:
+            return self._discard_block(size, BAD_QUEUE_NAME, noreply)
+        if "+" in name:
+            return self._discard_block(size, _client_error("cannot set to a fanout reader; write to the queue"), noreply)
+        status = self.server.status
+        if status is not ServerStatus.UP:
+            return self._discard_block(size, _server_error(f"server is {status.value}"), noreply)
+        if size > self.server.config.queue(name).max_item_size:
+            return self._discard_block(size, NOT_STORED, noreply)
+        now = int(time.time() * 1000)
+        if exptime == 0:
+            expire = 0
+        elif exptime < _RELATIVE_EXPIRY_LIMIT:
+            expire = now + exptime * 1000
+        else:
+            expire = exptime * 1000
+        self.pending_set = (name, expire, size, noreply)
+
+    def _discard_block(self, size: int, reply: bytes, noreply: bool) -> None:
+        """Read and drop a data block as it arrives (never buffered), then reply."""
+        self.skip = size + 2
+        self.skip_reply = None if noreply and reply is not NOT_STORED else reply
+        if noreply:
+            self.skip_reply = None
+
+    def _store(self, name: str, expire: int, data: bytes, noreply: bool) -> None:
+        now = int(time.time() * 1000)
+        try:
+            batch = self.server.queues.put(name, data, expire, now)
+        except QueueFull:
+            if not noreply:
+                self.out.append(NOT_STORED)
+            return
+        except JournalWriteError as e:
+            if not noreply:
+                self.out.append(_server_error(str(e)))
+            return
+        except OSError as e:
+            log.error("put_failed", queue=name, error=str(e))
+            if not noreply:
+                self.out.append(_server_error(f"journal write failed: {e.strerror}"))
+            return
+        if noreply:
+            return
+        if batch is None or batch.done:
+            if batch is not None and batch.error is not None:
+                self.out.append(_server_error(batch.error))
+            else:
+                self.out.append(STORED)
+            return
+        self.out.append(batch)
+        self.pending_batches += 1
+        if self._last_batch is not batch:
+            self._last_batch = batch
+            batch.add_done_callback(self._on_batch)
+
+    # --- get ------------------------------------------------------------------------------
+
+    def cmd_get(self, args: list[bytes]) -> None:
+        if len(args) < 2:
+            self.out.append(_client_error("missing queue name"))
+            return
+        key = args[1]
+        opts = _parse_get(key)
+        if isinstance(opts, bytes):
+            self.out.append(opts)
+            return
+        name = opts.name
+        fetch = opts.open or not (opts.close or opts.abort)
+        if fetch and self.server.status is ServerStatus.QUIESCENT:
+            self.out.append(_server_error("server is quiescent"))
+            return
+        reader = self.server.queues.reader(name, create=fetch)
+        if reader is None:
+            if fetch:
+                self.stats.get_misses += 1
+                if opts.peek:
+                    self.stats.cmd_peek += 1
+                else:
+                    self.stats.cmd_get += 1
+            self.out.append(END)
+            return
+        reads = self.open_reads.get(reader)
+        if opts.abort and reads:
+            reader.abort([reads.popleft()])
+        if opts.close and reads:
+            reader.confirm(reads.popleft())
+        if reads is not None and not reads:
+            del self.open_reads[reader]
+            reads = None
+        if not fetch:
+            self.out.append(END)
+            return
+        if opts.peek:
+            self.stats.cmd_peek += 1
+        else:
+            self.stats.cmd_get += 1
+            if reads:
+                if not opts.open:
+                    self.out.append(ERROR)  # a plain get while a read is open
+                    return
+                if len(reads) >= self.server.config.max_open_reads:
+                    self.out.append(ERROR)
+                    return
+        now = int(time.time() * 1000)
+        item = reader.peek(now) if opts.peek else reader.take(now)
+        if item is not None:
+            self.stats.get_hits += 1
+            self._deliver(reader, key, item, opts.open, opts.peek)
+            return
+        if opts.timeout <= 0 or opts.peek:
+            self.stats.get_misses += 1
+            self.out.append(END)
+            return
+        fut = reader.wait(self.server.loop, opts.timeout / 1000)
+        self.waiting = fut
+        fut.add_done_callback(lambda f: self._on_item(f, reader, key, opts.open))
+
+    def _on_item(self, fut: asyncio.Future, reader: Reader, key: bytes, open_: bool) -> None:
+        item = None if fut.cancelled() else fut.result()
+        if self.closing:
+            if item is not None:
+                reader.return_items([item])  # the waiter died: the item goes on
+            return
+        self.waiting = None
+        if item is None:
+            self.stats.get_misses += 1
+            self.out.append(END)
+        else:
+            self.stats.get_hits += 1
+            self._deliver(reader, key, item, open_, False)
+        self._resume()
+
+    def _deliver(self, reader: Reader, key: bytes, item, open_: bool, peek: bool) -> None:
+        data = item.data
+        self.out.append(b"VALUE %s 0 %d\r\n" % (key, len(data)))
+        self.out.append(data)
+        self.out.append(VALUE_END)
+        if peek:
+            return
+        if open_:
+            read = reader.open(item)
+            reads = self.open_reads.get(reader)
+            if reads is None:
+                reads = self.open_reads[reader] = deque()
+            reads.append(read)
+        else:
+            reader.commit(item.id)
+
+    # --- other queue commands ---------------------------------------------------------
+
+    def _name_arg(self, args: list[bytes]) -> str | None:
+        if len(args) < 2:
+            self.out.append(_client_error("missing queue name"))
+            return None
+        name = _queue_name(args[1])
+        if name is None:
+            self.out.append(BAD_QUEUE_NAME)
+        return name
+
+    def _writable(self) -> bool:
+        status = self.server.status
+        if status is ServerStatus.UP:
+            return True
+        self.out.append(_server_error(f"server is {status.value}"))
+        return False
+
+    def cmd_delete(self, args: list[bytes]) -> None:
+        name = self._name_arg(args)
+        if name is None or not self._writable():
+            return
+        self.server.queues.delete(name)
+        self.out.append(DELETED)
+
+    def cmd_flush(self, args: list[bytes]) -> None:
+        name = self._name_arg(args)
+        if name is None or not self._writable():
+            return
+        self.server.queues.flush(name)
+        self.out.append(END)
+
+    def cmd_flush_all(self, args: list[bytes]) -> None:
+        if self._writable():
+            self.server.queues.flush_all()
+            self.out.append(b"Flushed all queues.\r\n")
+
+    def cmd_flush_expired(self, args: list[bytes]) -> None:
+        name = self._name_arg(args)
+        if name is None or not self._writable():
+            return
+        self.out.append(b"%d\r\n" % self.server.queues.flush_expired(name))
+
+    def cmd_flush_all_expired(self, args: list[bytes]) -> None:
+        if self._writable():
+            self.out.append(b"%d\r\n" % self.server.queues.flush_all_expired())
+
+    def cmd_confirm(self, args: list[bytes]) -> None:
+        name = self._name_arg(args)
+        if name is None:
+            return
+        try:
+            count = int(args[2]) if len(args) > 2 else 1
+            if count < 0:
+                raise ValueError
+        except ValueError:
+            self.out.append(_client_error("bad count"))
+            return
+        reader = self.server.queues.reader(name, create=False)
+        reads = self.open_reads.get(reader) if reader is not None else None
+        if not reads:
+            self.out.append(ERROR)
+            return
+        for _ in range(min(count, len(reads))):
+            reader.confirm(reads.popleft())  # type: ignore[union-attr]
+        if not reads:
+            del self.open_reads[reader]  # type: ignore[index]
+        self.out.append(END)
+
+    def cmd_monitor(self, args: list[bytes]) -> None:
+        name = self._name_arg(args)
+        if name is None:
+            return
+        try:
+            seconds = float(args[2]) if len(args) > 2 else 0.0
+            limit = int(args[3]) if len(args) > 3 else self.server.config.max_open_reads
+            if seconds < 0 or limit < 0:
+                raise ValueError
+        except ValueError:
+            self.out.append(_client_error("bad monitor arguments"))
+            return
+        if self.server.status is ServerStatus.QUIESCENT:
+            self.out.append(_server_error("server is quiescent"))
+            return
+        reader = self.server.queues.reader(name, create=True)
+        assert reader is not None
+        self.flush_out()
+        task = self.server.loop.create_task(self._monitor(reader, args[1], seconds, limit))
+        self.waiting = task
+        task.add_done_callback(self._monitor_done)
+
+    async def _monitor(self, reader: Reader, key: bytes, seconds: float, limit: int) -> None:
+        loop = self.server.loop
+        deadline = loop.time() + seconds
+        sent = 0
+        while sent < limit and not self.closing:
+            now = int(time.time() * 1000)
+            item = reader.take(now)
+            if item is None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                fut = reader.wait(loop, remaining)
+                try:
+                    item = await fut
+                except asyncio.CancelledError:
+                    if fut.done() and not fut.cancelled() and fut.result() is not None:
+                        reader.return_items([fut.result()])
+                    raise
+                if item is None:
+                    break
+                if self.closing:
+                    reader.return_items([item])
+                    break
+            self.stats.get_hits += 1
+            self._deliver(reader, key, item, True, False)
+            self.flush_out()
+            sent += 1
+        self.out.append(END)
+
+    def _monitor_done(self, task: asyncio.Task) -> None:
+        if self.waiting is task:
+            self.waiting = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("monitor_failed", error=str(task.exception()))
+        self._resume()
+
+    # --- server commands ------------------------------------------------------------------
+
+    def cmd_stats(self, args: list[bytes]) -> None:
+        self.out.append(self.server.render_stats())
+
+    def cmd_dump_stats(self, args: list[bytes]) -> None:
+        self.out.append(self.server.render_dump_stats([a.decode("ascii", "replace") for a in args[1:]]))
+
+    def cmd_dump_config(self, args: list[bytes]) -> None:
+        names = []
+        for raw in args[1:]:
+            name = _queue_name(raw)
+            if name is None:
+                self.out.append(BAD_QUEUE_NAME)
+                return
+            names.append(name)
+        self.out.append(self.server.render_dump_config(names))
+
+    def cmd_reload(self, args: list[bytes]) -> None:
+        error = self.server.reload()
+        self.out.append(b"Reloaded config.\r\n" if error is None else _server_error(error))
+
+    def cmd_version(self, args: list[bytes]) -> None:
+        from kestreld import __version__
+
+        self.out.append(b"VERSION " + __version__.encode() + b"\r\n")
+
+    def cmd_shutdown(self, args: list[bytes]) -> None:
+        self._close_after_reply()
+        self.server.request_shutdown("shutdown command")
+
+    def cmd_quit(self, args: list[bytes]) -> None:
+        self._close_after_reply()
+
+    def cmd_status(self, args: list[bytes]) -> None:
+        if len(args) < 2:
+            self.out.append(self.server.status.value.encode() + b"\r\n")
+            return
+        wanted = args[1].decode("ascii", "replace").upper()
+        try:
+            status = ServerStatus(wanted)
+        except ValueError:
+            self.out.append(_client_error(f"unknown status {wanted.lower()[:40]}"))
+            return
+        self.server.set_status(status)
+        self.out.append(END)
+
+
+def _queue_name(raw: bytes) -> str | None:
+    """The queue name if legal (``q`` or ``q+r``), else None."""
+    try:
+        name = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return name if split_queue_name(name) is not None else None
+
+
+def _parse_get(key: bytes) -> _Get | bytes:
+    """Options of a get key, or the CLIENT_ERROR reply for a bad one."""
+    opts = _Get()
+    parts = key.split(b"/")
+    name = _queue_name(parts[0]) if parts[0] else None
+    if not parts[0]:
+        return _client_error("missing queue name")
+    if name is None:
+        return BAD_QUEUE_NAME
+    opts.name = name
+    for opt in parts[1:]:
+        if opt == b"open":
+            opts.open = True
+        elif opt == b"close":
+            opts.close = True
+        elif opt == b"abort":
+            opts.abort = True
+        elif opt == b"peek":
+            opts.peek = True
+        elif opt.startswith(b"t="):
+            value = opt[2:]
+            if not value.isdigit():
+                return _client_error("bad timeout")
+            opts.timeout = int(value)
+    if opts.peek and (opts.open or opts.close or opts.abort):
+        return _client_error("peek cannot be combined with open, close or abort")
+    if opts.abort and (opts.open or opts.close):
+        return _client_error("abort cannot be combined with open or close")
+    return opts
+
+
+_COMMANDS = {
+    b"get": MemcacheConnection.cmd_get,
+    b"gets": MemcacheConnection.cmd_get,
+    b"set": MemcacheConnection.cmd_set,
+    b"delete": MemcacheConnection.cmd_delete,
+    b"flush": MemcacheConnection.cmd_flush,
+    b"flush_all": MemcacheConnection.cmd_flush_all,
+    b"flush_expired": MemcacheConnection.cmd_flush_expired,
+    b"flush_all_expired": MemcacheConnection.cmd_flush_all_expired,
+    b"stats": MemcacheConnection.cmd_stats,
+    b"dump_stats": MemcacheConnection.cmd_dump_stats,
+    b"dump_config": MemcacheConnection.cmd_dump_config,
+    b"reload": MemcacheConnection.cmd_reload,
+    b"version": MemcacheConnection.cmd_version,
+    b"shutdown": MemcacheConnection.cmd_shutdown,
+    b"quit": MemcacheConnection.cmd_quit,
+    b"monitor": MemcacheConnection.cmd_monitor,
+    b"confirm": MemcacheConnection.cmd_confirm,
+    b"status": MemcacheConnection.cmd_status,
+}

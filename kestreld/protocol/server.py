@@ -1,0 +1,287 @@
+"""The server: start-up, the listening socket, periodic work and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import fcntl
+import os
+import signal
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import structlog
+
+from kestreld import __version__
+from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
+from kestreld.journal.files import LOCK_FILE
+from kestreld.log import configure_logging
+from kestreld.protocol.connection import MemcacheConnection
+from kestreld.protocol.status import ServerStatus, load_status, save_status
+from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
+from kestreld.stats import ServerStats, render_dump_stats, render_stats
+
+log = structlog.get_logger("kestreld.server")
+
+
+class StartupError(Exception):
+    """The server cannot start; the message says why (and what to do)."""
+
+
+class Server:
+    def __init__(self, config: ServerConfig, config_path: str | None = None, overrides: dict[str, Any] | None = None) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.overrides = overrides or {}
+        self.stats = ServerStats()
+        self.connections: set[MemcacheConnection] = set()
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
+        self.queues = QueueCollection(config, self.executor)
+        self.status = ServerStatus.UP
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._server: asyncio.base_events.Server | None = None
+        self._lock_fd = -1
+        self._tasks: list[asyncio.Task] = []
+        self._stopping: asyncio.Event | None = None
+        self._stopped = False
+        self.metrics = None
+
+    # --- start-up -----------------------------------------------------------------------
+
+    def _lock_folder(self) -> None:
+        folder = self.config.queue_path
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise StartupError(f"cannot create queue folder {folder}: {e.strerror}") from None
+        path = os.path.join(folder, LOCK_FILE)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StartupError(f"cannot open {path}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StartupError(f"queue folder {os.path.abspath(folder)} is in use by another kestreld") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    async def start(self) -> None:
+        """Lock the folder, rebuild the queues, listen.  Raises StartupError."""
+        self.loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._lock_folder()
+        try:
+            self.status = load_status(self.config.queue_path)
+            started = time.monotonic()
+            try:
+                self.queues.load()
+            except Kestrel2JournalsFound as e:
+                raise StartupError(str(e)) from None
+            log.info("queues_loaded", count=len(self.queues.queues), seconds=round(time.monotonic() - started, 3))
+            try:
+                self._server = await self.loop.create_server(
+                    lambda: MemcacheConnection(self),
+                    self.config.listen_address,
+                    self.config.port,
+                    reuse_address=True,
+                    backlog=4096,
+                )
+            except OSError as e:
+                raise StartupError(
+                    f"cannot listen on {self.config.listen_address}:{self.config.port}: {e.strerror}"
+                ) from None
+        except BaseException:
+            self._unlock()
+            raise
+        self._tasks = [
+            self.loop.create_task(self._every(self.config.checkpoint_interval, self.queues.checkpoint)),
+            self.loop.create_task(self._every(1000, self._idle_sweep)),
+        ]
+        if self.config.expiration_timer_frequency:
+            self._tasks.append(
+                self.loop.create_task(self._every(self.config.expiration_timer_frequency, self._sweep))
+            )
+        await self._start_metrics()
+        sock = self._server.sockets[0].getsockname()
+        log.info(
+            "listening",
+            address=f"{sock[0]}:{sock[1]}",
+            queue_path=os.path.abspath(self.config.queue_path),
+            status=self.status.value,
+            version=__version__,
+        )
+
+    async def _start_metrics(self) -> None:
+        if self.config.metrics_port is None:
+            return
+        try:
+            from kestreld.stats.metrics import MetricsServer
+        except ImportError:  # pragma: no cover - metrics module is optional at this stage
+            log.warning("metrics_unavailable")
+            return
+        self.metrics = MetricsServer(self)
+        await self.metrics.start()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    # --- periodic work ------------------------------------------------------------------
+
+    async def _every(self, period_ms: int, fn) -> None:
+        period = max(period_ms, 10) / 1000
+        while True:
+            await asyncio.sleep(period)
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic_task_failed", task=getattr(fn, "__name__", str(fn)))
+
+    def _sweep(self) -> None:
+        self.queues.sweep()
+
+    def _idle_sweep(self) -> None:
+        timeout = self.config.client_timeout
+        if not timeout:
+            return
+        limit = time.monotonic() - timeout / 1000
+        for conn in list(self.connections):
+            if conn.waiting is None and conn.last_active <= limit and conn.transport is not None:
+                log.info("idle_connection_closed", peer=conn.peer)
+                conn.closing = True
+                conn.transport.close()
+
+    # --- commands -----------------------------------------------------------------------
+
+    def render_stats(self) -> bytes:
+        return render_stats(self.stats, self.queues, len(self.connections), __version__)
+
+    def render_dump_stats(self, names: list[str]) -> bytes:
+        return render_dump_stats(self.queues, names)
+
+    def render_dump_config(self, names: list[str]) -> bytes:
+        if not names:
+            names = sorted(
+                [q for q in self.queues.queues] + [r.full_name for r in self.queues.readers() if r.name]
+            )
+        lines = []
+        for name in names:
+            lines.append(f"queue '{name}' {{")
+            lines.extend("  " + line for line in dump_lines(self.config.queue(name)))
+            lines.append("}")
+        lines.append("END\r\n")
+        return "\r\n".join(lines).encode()
+
+    def reload(self) -> str | None:
+        """Re-read the config file; returns an error message or None."""
+        try:
+            fresh = load_config(self.config_path)
+        except ConfigError as e:
+            log.error("config_reload_failed", error=str(e))
+            return f"config not reloaded: {e}"
+        fresh = dataclasses.replace(fresh, **self.overrides)
+        for key in ("listen_address", "port", "queue_path"):
+            if getattr(fresh, key) != getattr(self.config, key):
+                log.warning("config_reload_ignored", key=key, reason="needs a restart")
+                fresh = dataclasses.replace(fresh, **{key: getattr(self.config, key)})
+        self.config = fresh
+        self.queues.reconfigure(fresh)
+        log.info("config_reloaded", source=self.config_path)
+        return None
+
+    def set_status(self, status: ServerStatus) -> None:
+        if status is self.status:
+            return
+        save_status(self.config.queue_path, status)
+        log.info("status_changed", old=self.status.value, new=status.value)
+        self.status = status
+
+    def request_shutdown(self, reason: str) -> None:
+        log.info("shutdown_requested", reason=reason)
+        if self._stopping is not None:
+            self._stopping.set()
+
+    # --- shutdown -------------------------------------------------------------------------
+
+    async def wait_stopped(self) -> None:
+        assert self._stopping is not None
+        await self._stopping.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        """Stop accepting, give open reads back, sync journals, write checkpoints."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        if self.metrics is not None:
+            await self.metrics.stop()
+        for conn in list(self.connections):
+            conn.closing = True
+            conn.release_open_reads()
+            if conn.waiting is not None and not conn.waiting.done():
+                conn.waiting.cancel()
+            if conn.transport is not None:
+                conn.transport.close()
+        await asyncio.sleep(0)
+        self.queues.close()
+        self.executor.shutdown(wait=True)
+        self._unlock()
+        log.info("stopped")
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            try:
+                os.close(self._lock_fd)
+            except OSError:
+                pass
+            self._lock_fd = -1
+
+
+def build_server_config(config_path: str | None, overrides: dict[str, Any]) -> ServerConfig:
+    config = load_config(config_path)
+    return dataclasses.replace(config, **overrides) if overrides else config
+
+
+async def _main(config: ServerConfig, config_path: str | None, overrides: dict[str, Any]) -> int:
+    server = Server(config, config_path, overrides)
+    try:
+        await server.start()
+    except StartupError as e:
+        log.error("startup_failed", error=str(e))
+        return 1
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_shutdown, sig.name)
+    await server.wait_stopped()
+    return 0
+
+
+def run_server(config_path: str | None, overrides: dict[str, Any]) -> int:
+    """Run until SIGTERM/SIGINT or ``shutdown``; the exit code of the process."""
+    try:
+        config = build_server_config(config_path, overrides)
+    except ConfigError as e:
+        configure_logging(overrides.get("log_format", "console"), "info")
+        log.error("bad_config", error=str(e))
+        print(f"kestreld: {e}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_format, config.log_level)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.run(_main(config, config_path, overrides))
+    return uvloop.run(_main(config, config_path, overrides))

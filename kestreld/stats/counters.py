@@ -1,0 +1,110 @@
+"""Server-wide counters and the text of ``stats`` and ``dump_stats``."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from kestreld.queues.collection import QueueCollection
+
+#: Per-queue keys, in the reference order.
+QUEUE_STAT_KEYS = (
+    "items", "bytes", "total_items", "logsize", "expired_items", "mem_items", "mem_bytes",
+    "age", "discarded", "waiters", "open_transactions", "transactions",
+    "canceled_transactions", "total_flushes", "journal_rewrites", "journal_rotations",
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class ServerStats:
+    started: float = field(default_factory=time.time)
+    total_connections: int = 0
+    cmd_get: int = 0
+    cmd_set: int = 0
+    cmd_peek: int = 0
+    get_hits: int = 0
+    get_misses: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+_MEMORY = _physical_memory()
+
+
+def queue_stats(queues: QueueCollection) -> list[tuple[str, dict[str, int]]]:
+    """(name, stats) for every queue and fanout reader, sorted by name."""
+    out = []
+    for qname in sorted(queues.queues):
+        queue = queues.queues[qname]
+        default = queue.readers.get("")
+        if default is not None:
+            values = default.stats()
+        else:
+            values = dict.fromkeys(QUEUE_STAT_KEYS, 0)
+            values["logsize"] = queue.journal.total_size if queue.journal else 0
+            values["total_items"] = queue.last_id
+        children = queue.children()
+        if children:
+            values["children"] = len(children)
+        out.append((qname, values))
+        for reader in sorted(children, key=lambda r: r.name):
+            out.append((reader.full_name, reader.stats()))
+    return out
+
+
+def global_stats(stats: ServerStats, queues: QueueCollection, connections: int, version: str) -> list[tuple[str, object]]:
+    now = time.time()
+    items, nbytes = queues.totals()
+    readers = queues.readers()
+    total_items = sum(r.total_items for r in readers)
+    reserved = sum(r.config.max_memory_size for r in readers if r.journal is not None)
+    ratio = (reserved / _MEMORY) if _MEMORY else 0.0
+    return [
+        ("uptime", int(now - stats.started)),
+        ("time", int(now)),
+        ("version", version),
+        ("curr_items", items),
+        ("total_items", total_items),
+        ("bytes", nbytes),
+        ("reserved_memory_ratio", f"{ratio:.3f}"),
+        ("curr_connections", connections),
+        ("total_connections", stats.total_connections),
+        ("cmd_get", stats.cmd_get),
+        ("cmd_set", stats.cmd_set),
+        ("cmd_peek", stats.cmd_peek),
+        ("get_hits", stats.get_hits),
+        ("get_misses", stats.get_misses),
+        ("bytes_read", stats.bytes_read),
+        ("bytes_written", stats.bytes_written),
+        ("queue_creates", queues.queue_creates),
+        ("queue_deletes", queues.queue_deletes),
+        ("queue_expires", queues.queue_expires),
+    ]
+
+
+def render_stats(stats: ServerStats, queues: QueueCollection, connections: int, version: str) -> bytes:
+    lines = [f"STAT {k} {v}" for k, v in global_stats(stats, queues, connections, version)]
+    for name, values in queue_stats(queues):
+        lines.extend(f"STAT queue_{name}_{k} {v}" for k, v in values.items())
+    lines.append("END\r\n")
+    return "\r\n".join(lines).encode()
+
+
+def render_dump_stats(queues: QueueCollection, names: list[str]) -> bytes:
+    lines = []
+    for name, values in queue_stats(queues):
+        if names and name not in names:
+            continue
+        lines.append(f"queue '{name}' {{")
+        lines.extend(f"  {k}={v}" for k, v in values.items())
+        lines.append("}")
+    lines.append("END\r\n")
+    return "\r\n".join(lines).encode()
