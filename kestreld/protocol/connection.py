@@ -43,6 +43,8 @@ VALUE_END = b"\r\nEND\r\n"
 
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
+#: Reply bytes produced before they are handed to the transport (back-pressure check).
+OUTPUT_FLUSH_SIZE = 256 * 1024
 #: Bytes of a partial data block below which we simply concatenate packets.
 ACCUMULATE_THRESHOLD = 64 * 1024
 
@@ -85,6 +87,7 @@ class MemcacheConnection(asyncio.Protocol):
         self.skip_reply: bytes | None = None
         self.pending_set: tuple[str, int, int, bool] | None = None  # queue, expiry ms, size, noreply
         self.out: list[bytes | Batch] = []
+        self.out_size = 0  # large reply bytes in self.out
         self.pending_batches = 0
         self._last_batch: Batch | None = None
         self.waiting: asyncio.Future | None = None
@@ -212,6 +215,8 @@ class MemcacheConnection(asyncio.Protocol):
                     self.out.append(_client_error(f"unknown command {name}"))
                     continue
             handler(self, args)
+            if self.out_size > OUTPUT_FLUSH_SIZE:
+                self.flush_out()  # may pause us (pause_writing) before the next request
             if self.skip:
                 n = min(self.skip, end - pos)
                 self.skip -= n
@@ -255,6 +260,7 @@ class MemcacheConnection(asyncio.Protocol):
         out = self.out
         if not out or self.transport is None:
             return
+        self.out_size = 0
         if not self.pending_batches:
             data = b"".join(out)  # type: ignore[arg-type]
             out.clear()
@@ -448,6 +454,7 @@ class MemcacheConnection(asyncio.Protocol):
         self.out.append(b"VALUE %s 0 %d\r\n" % (key, len(data)))
         self.out.append(data)
         self.out.append(VALUE_END)
+        self.out_size += len(data)
         if peek:
             return
         if open_:

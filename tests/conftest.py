@@ -1,0 +1,62 @@
+"""Shared fixtures: real kestreld processes on loopback ports.
+
+- ``server``: one server per test module (distinct queue names per test).
+- ``make_server``: a factory for servers with their own folder and config,
+  stopped at the end of the test: ``make_server(config="max_items = 3")``.
+- ``conn``: a raw protocol connection to ``server``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from kestreld_process import Conn, KestreldProcess  # noqa: E402
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    proc = KestreldProcess(tmp_path_factory.mktemp("kestreld") / "queues")
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def make_server(tmp_path):
+    started: list[KestreldProcess] = []
+
+    def factory(config: str | None = None, *, queue_path=None, args=None, start=True, env=None) -> KestreldProcess:
+        n = len(started)
+        path = queue_path or tmp_path / f"queues{n}"
+        proc = KestreldProcess(path, config, args=args, config_path=tmp_path / f"kestreld{n}.conf" if config is not None else None, env=env)
+        started.append(proc)
+        return proc.start() if start else proc
+
+    yield factory
+    for proc in started:
+        try:
+            proc.stop()
+        except Exception:
+            proc.kill()
+
+
+@pytest.fixture
+def conn(server):
+    c = Conn(server.connect())
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def qname(request) -> str:
+    """A queue name unique to this test (servers are shared per module)."""
+    base = "".join(ch if ch.isalnum() else "_" for ch in request.node.name)[:150]
+    return f"{base}_{next(_names)}"

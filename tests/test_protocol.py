@@ -1,0 +1,433 @@
+"""The memcache text protocol, row by row of the reference, against a real server."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from kestreld_process import Conn
+
+
+def test_set_then_get_returns_item_with_key_as_sent(conn, qname):
+    assert conn.set(qname, "hello") == b"STORED"
+    conn.send(f"get {qname}\r\n")
+    assert conn.line() == f"VALUE {qname} 0 5".encode()
+    assert conn.exact(7) == b"hello\r\n"
+    assert conn.line() == b"END"
+
+
+def test_get_on_empty_queue_is_end(conn, qname):
+    assert conn.get(qname) is None
+
+
+def test_items_come_out_in_fifo_order(conn, qname):
+    for i in range(20):
+        assert conn.set(qname, f"item{i}") == b"STORED"
+    assert [conn.get(qname) for i in range(20)] == [f"item{i}".encode() for i in range(20)]
+
+
+def test_value_reply_echoes_options_in_key(conn, qname):
+    conn.set(qname, "abc")
+    conn.send(f"get {qname}/t=10/open\r\n")
+    assert conn.line() == f"VALUE {qname}/t=10/open 0 3".encode()
+    conn.exact(5)
+    assert conn.line() == b"END"
+
+
+def test_command_word_is_case_insensitive_queue_name_is_not(conn, qname):
+    conn.send(f"SET {qname} 0 0 1\r\nx\r\n")
+    assert conn.line() == b"STORED"
+    assert conn.get(qname.upper() + "X") is None
+    conn.send(f"GeT {qname}\r\n")
+    assert conn.read_value() == b"x"
+
+
+def test_bare_newline_terminators_are_accepted(conn, qname):
+    conn.send(f"set {qname} 0 0 2\nhi\r\nget {qname}\n")
+    assert conn.line() == b"STORED"
+    assert conn.read_value() == b"hi"
+
+
+def test_runs_of_spaces_and_trailing_spaces_are_ignored(conn, qname):
+    conn.send(f"set  {qname}   0 0 3 \r\nabc\r\nstats \r\n")
+    assert conn.line() == b"STORED"
+    lines = conn.until_end()
+    assert lines[0].startswith(b"STAT uptime")
+
+
+def test_data_block_may_hold_crlf_and_any_byte(conn, qname):
+    payload = bytes(range(256)) + b"\r\nEND\r\n\x00"
+    assert conn.set(qname, payload) == b"STORED"
+    assert conn.get(qname) == payload
+
+
+def test_zero_byte_item_is_legal(conn, qname):
+    assert conn.set(qname, b"") == b"STORED"
+    conn.send(f"get {qname}\r\n")
+    assert conn.line() == f"VALUE {qname} 0 0".encode()
+    assert conn.exact(2) == b"\r\n"
+    assert conn.line() == b"END"
+
+
+def test_pipelined_requests_in_one_packet_reply_in_order(conn, qname):
+    reqs = b"".join(f"set {qname} 0 0 2\r\n{i:02d}\r\n".encode() for i in range(50))
+    reqs += f"get {qname}\r\nget {qname}\r\nversion\r\n".encode()
+    conn.send(reqs)
+    assert [conn.line() for _ in range(50)] == [b"STORED"] * 50
+    assert conn.read_value() == b"00"
+    assert conn.read_value() == b"01"
+    assert conn.line().startswith(b"VERSION ")
+
+
+def test_request_split_across_packets_byte_by_byte(conn, qname):
+    req = f"set {qname} 0 0 11\r\nhello world\r\nget {qname}\r\n".encode()
+    for i in range(len(req)):
+        conn.send(req[i : i + 1])
+        time.sleep(0.001)
+    assert conn.line() == b"STORED"
+    assert conn.read_value() == b"hello world"
+
+
+def test_large_item_near_max_size_round_trips(conn, qname):
+    payload = bytes(range(256)) * (4 * 1024 * 4)  # 4 MiB
+    assert conn.set(qname, payload) == b"STORED"
+    assert conn.get(qname) == payload
+
+
+def test_noreply_suppresses_the_reply(conn, qname):
+    conn.send(f"set {qname} 0 0 1 noreply\r\na\r\nget {qname}\r\n")
+    assert conn.read_value() == b"a"
+
+
+def test_gets_is_get(conn, qname):
+    conn.set(qname, "z")
+    conn.send(f"gets {qname}\r\n")
+    assert conn.read_value() == b"z"
+
+
+def test_extra_keys_after_the_first_are_ignored(conn, qname):
+    conn.set(qname, "one")
+    conn.set(qname + "b", "two")
+    conn.send(f"get {qname} {qname}b\r\n")
+    assert conn.read_value() == b"one"
+
+
+def test_peek_returns_head_without_removing(conn, qname):
+    conn.set(qname, "a")
+    conn.set(qname, "b")
+    assert conn.get(f"{qname}/peek") == b"a"
+    assert conn.get(f"{qname}/peek") == b"a"
+    assert conn.get(qname) == b"a"
+
+
+def test_delete_removes_queue_and_always_replies_deleted(conn, qname):
+    conn.set(qname, "a")
+    conn.send(f"delete {qname}\r\ndelete {qname}_never_existed\r\n")
+    assert conn.line() == b"DELETED"
+    assert conn.line() == b"DELETED"
+    assert conn.get(qname) is None
+    stats = conn.stats()
+    assert f"queue_{qname}_never_existed_items" not in stats
+
+
+def test_flush_drops_every_item(conn, qname):
+    for i in range(5):
+        conn.set(qname, str(i))
+    conn.send(f"flush {qname}\r\n")
+    assert conn.line() == b"END"
+    assert conn.get(qname) is None
+    assert conn.stats()[f"queue_{qname}_total_flushes"] == "1"
+
+
+def test_flush_all_replies_flushed_all_queues(conn, qname):
+    conn.set(qname, "x")
+    conn.send("flush_all\r\n")
+    assert conn.line() == b"Flushed all queues."
+    assert conn.get(qname) is None
+
+
+def test_flush_expired_counts_discarded_items(conn, qname):
+    now = int(time.time())
+    conn.set(qname, "old", exptime=now - 10)  # absolute time in the past
+    conn.set(qname, "new")
+    conn.send(f"flush_expired {qname}\r\nflush_expired {qname}_missing\r\n")
+    # the expired item may already be counted at put time (it expired on arrival)
+    first = int(conn.line())
+    assert first in (0, 1)
+    assert conn.line() == b"0"
+    assert conn.get(qname) == b"new"
+
+
+def test_flush_all_expired_replies_total(conn, qname):
+    conn.send("flush_all_expired\r\n")
+    assert conn.line().isdigit()
+
+
+def test_version_has_major_at_least_one(conn):
+    conn.send("version\r\n")
+    line = conn.line()
+    assert line.startswith(b"VERSION ")
+    major, minor, patch = line.split()[1].split(b".")
+    assert int(major) >= 1
+
+
+def test_quit_closes_the_connection(server):
+    c = Conn(server.connect())
+    c.send("quit\r\n")
+    assert c.closed()
+
+
+def test_unknown_command_is_client_error_and_connection_stays(conn):
+    conn.send("FROBNICATE now\r\nversion\r\n")
+    assert conn.line() == b"CLIENT_ERROR unknown command frobnicate"
+    assert conn.line().startswith(b"VERSION")
+
+
+def test_line_too_long_is_client_error_and_closes(server):
+    c = Conn(server.connect())
+    c.send(b"get " + b"a" * 9000)
+    assert c.line() == b"CLIENT_ERROR line too long"
+    assert c.closed()
+
+
+def test_line_of_exactly_the_limit_is_accepted(server):
+    c = Conn(server.connect())
+    # 8192 bytes including "\r\n": a get with a (bad, too long) queue name
+    line = b"get " + b"a" * (8192 - 6) + b"\r\n"
+    assert len(line) == 8192
+    c.send(line)
+    assert c.line() == b"CLIENT_ERROR bad queue name"
+    c.send("version\r\n")
+    assert c.line().startswith(b"VERSION")
+
+
+def test_set_without_crlf_after_data_is_bad_data_chunk_and_not_stored(conn, qname):
+    conn.send(f"set {qname} 0 0 3\r\nabcXY")
+    assert conn.line() == b"CLIENT_ERROR bad data chunk"
+    conn.send("\r\n")
+    assert conn.get(qname) is None
+
+
+def test_set_with_non_numeric_bytes_closes_connection(server):
+    c = Conn(server.connect())
+    c.send("set q 0 0 abc\r\n")
+    assert c.line() == b"CLIENT_ERROR bad data chunk"
+    assert c.closed()
+
+
+def test_set_with_negative_bytes_closes_connection(server):
+    c = Conn(server.connect())
+    c.send("set q 0 0 -5\r\n")
+    assert c.line() == b"CLIENT_ERROR bad data chunk"
+    assert c.closed()
+
+
+def test_set_with_non_numeric_flags_skips_block_and_keeps_connection(conn, qname):
+    conn.send(f"set {qname} x 0 5\r\nhello\r\nversion\r\n")
+    assert conn.line().startswith(b"CLIENT_ERROR")
+    assert conn.line().startswith(b"VERSION")
+    assert conn.get(qname) is None
+
+
+def test_set_with_non_numeric_exptime_skips_block(conn, qname):
+    conn.send(f"set {qname} 0 soon 5\r\nhello\r\nversion\r\n")
+    assert conn.line().startswith(b"CLIENT_ERROR")
+    assert conn.line().startswith(b"VERSION")
+
+
+def test_set_over_max_item_size_is_not_stored_and_stream_stays_in_step(make_server):
+    srv = make_server("max_item_size = 1024\n")
+    c = Conn(srv.connect())
+    big = b"x" * 5000
+    c.send(b"set big 0 0 5000\r\n" + big + b"\r\nset big 0 0 2\r\nok\r\n")
+    assert c.line() == b"NOT_STORED"
+    assert c.line() == b"STORED"
+    assert c.get("big") == b"ok"
+
+
+def test_huge_declared_size_is_discarded_as_it_arrives(make_server):
+    srv = make_server("max_item_size = 1024\n")
+    c = Conn(srv.connect())
+    c.send(b"set q 0 0 50000000\r\n")
+    chunk = b"y" * 65536
+    for _ in range(100):  # 6.5 MB of a 50 MB block: none of it is buffered
+        c.send(chunk)
+    c.send("version\r\n")  # still inside the data block: no reply yet
+    c.sock.settimeout(0.3)
+    with pytest.raises((TimeoutError, socket.timeout)):
+        c.line()
+    c.sock.settimeout(10)
+
+
+def test_set_to_fanout_reader_is_client_error(conn, qname):
+    conn.send(f"set {qname}+r 0 0 1\r\nx\r\nversion\r\n")
+    assert conn.line().startswith(b"CLIENT_ERROR")
+    assert conn.line().startswith(b"VERSION")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../x", "a.b", "a/b", "q+", "+r", "a+b+c", "~q", "..", "x" * 201, "caf\u00e9", "a\\b", "/etc/passwd"],
+)
+def test_illegal_queue_names_are_refused_and_create_nothing(server, name):
+    c = Conn(server.connect())
+    raw = name.encode()
+    c.send(b"set " + raw + b" 0 0 1\r\nx\r\n")
+    assert c.line() == b"CLIENT_ERROR bad queue name"
+    # In a get key "/" starts the options: "a/b" is queue "a" with an unknown option.
+    cmds = (b"delete ", b"flush ", b"flush_expired ", b"monitor ") + (() if "/" in name[1:] else (b"get ",))
+    for cmd in cmds:
+        c.send(cmd + raw + b"\r\n")
+        assert c.line().startswith(b"CLIENT_ERROR"), cmd
+    files = [p.name for p in server.queue_path.iterdir()]
+    assert not any(".." in f or "/" in f or "\\" in f or f.startswith("~") for f in files)
+    assert not (server.queue_path.parent / "x").exists()
+    c.close()
+
+
+def test_nul_byte_in_queue_name_is_refused(conn):
+    conn.send(b"get a\x00b\r\n")
+    assert conn.line() == b"CLIENT_ERROR bad queue name"
+
+
+def test_name_of_200_chars_is_legal(conn):
+    name = "n" * 200
+    assert conn.set(name, "ok") == b"STORED"
+    assert conn.get(name) == b"ok"
+
+
+def test_stats_global_keys_in_reference_order(conn, qname):
+    conn.set(qname, "x")
+    keys = list(conn.stats())
+    expected = (
+        "uptime time version curr_items total_items bytes reserved_memory_ratio curr_connections "
+        "total_connections cmd_get cmd_set cmd_peek get_hits get_misses bytes_read bytes_written "
+        "queue_creates queue_deletes queue_expires"
+    ).split()
+    assert keys[: len(expected)] == expected
+
+
+def test_stats_per_queue_keys_in_reference_order(conn, qname):
+    conn.set(qname, "x")
+    stats = conn.stats()
+    prefix = f"queue_{qname}_"
+    keys = [k[len(prefix) :] for k in stats if k.startswith(prefix)]
+    assert keys == (
+        "items bytes total_items logsize expired_items mem_items mem_bytes age discarded waiters "
+        "open_transactions transactions canceled_transactions total_flushes journal_rewrites "
+        "journal_rotations"
+    ).split()
+
+
+def test_stats_count_items_bytes_gets_and_hits(conn, qname):
+    before = conn.stats()
+    conn.set(qname, "12345")
+    conn.set(qname, "678")
+    conn.get(qname)
+    conn.get(qname + "_empty")
+    conn.get(f"{qname}/peek")
+    after = conn.stats()
+    assert after[f"queue_{qname}_items"] == "1"
+    assert after[f"queue_{qname}_bytes"] == "3"
+    assert after[f"queue_{qname}_total_items"] == "2"
+    assert int(after["cmd_set"]) - int(before["cmd_set"]) == 2
+    assert int(after["cmd_get"]) - int(before["cmd_get"]) == 2
+    assert int(after["cmd_peek"]) - int(before["cmd_peek"]) == 1
+    assert int(after["get_hits"]) - int(before["get_hits"]) == 2
+    assert int(after["get_misses"]) - int(before["get_misses"]) == 1
+
+
+def test_curr_items_excludes_open_reads(make_server):
+    srv = make_server()
+    c = Conn(srv.connect())
+    c.set("a", "1")
+    c.set("a", "2")
+    c.get("a/open")
+    stats = c.stats()
+    assert stats["curr_items"] == "1"
+    assert stats["queue_a_open_transactions"] == "1"
+
+
+def test_dump_stats_frames_each_queue(conn, qname):
+    conn.set(qname, "abc")
+    conn.send(f"dump_stats {qname}\r\n")
+    lines = conn.until_end()
+    assert lines[0] == f"queue '{qname}' {{".encode()
+    assert b"  items=1" in lines
+    assert lines[-2] == b"}"
+
+
+def test_dump_config_shows_every_key_for_a_name_that_is_not_a_queue(conn):
+    conn.send("dump_config not_a_queue_yet\r\n")
+    lines = conn.until_end()
+    assert lines[0] == b"queue 'not_a_queue_yet' {"
+    keys = [line.strip().split(b"=")[0].decode() for line in lines[1:-2]]
+    assert keys == (
+        "max_items max_size max_item_size max_age discard_old_when_full journal sync_journal "
+        "max_journal_size max_memory_size expire_to_queue max_expire_sweep fanout_only "
+        "max_queue_age open_transaction_timeout"
+    ).split()
+    assert b"  max_item_size=16777216" in lines
+    assert b"  max_items=(none)" in lines
+    assert b"  journal=true" in lines
+
+
+def test_stats_and_delete_never_create_a_queue(conn, qname):
+    conn.send(f"delete {qname}\r\nflush {qname}\r\nflush_expired {qname}\r\nget {qname}/close\r\nget {qname}/abort\r\n")
+    assert conn.line() == b"DELETED"
+    assert conn.line() == b"END"
+    assert conn.line() == b"0"
+    assert conn.line() == b"END"
+    assert conn.line() == b"END"
+    assert f"queue_{qname}_items" not in conn.stats()
+
+
+def test_get_creates_queue(conn, qname):
+    conn.get(qname)
+    assert f"queue_{qname}_items" in conn.stats()
+
+
+def test_shutdown_command_stops_server_cleanly(make_server):
+    srv = make_server()
+    c = Conn(srv.connect())
+    c.set("keep", "me")
+    c.send("shutdown\r\n")
+    assert c.closed()
+    assert srv.proc.wait(10) == 0
+    srv.start()
+    assert Conn(srv.connect()).get("keep") == b"me"
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_client_that_never_reads_replies_is_paused_not_buffered(make_server):
+    srv = make_server()
+    setup = Conn(srv.connect())
+    setup.set("big", b"x" * 1_000_000)
+    c = srv.connect()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.settimeout(0.2)
+    sent = 0
+    req = b"get big/peek\r\n" * 100
+    try:
+        for _ in range(20000):
+            c.send(req)
+            sent += len(req)
+    except (TimeoutError, socket.timeout, BlockingIOError):
+        pass
+    # The server stopped reading: we could not push all 28 MB of requests
+    # (each asking for 1 MB of reply) through, and it holds little of the output.
+    assert sent < 20000 * len(req)
+    assert _rss_mib(srv.pid) < 200
+    # Other clients are still served.
+    other = Conn(srv.connect())
+    other.send("version\r\n")
+    assert other.line().startswith(b"VERSION")
+    c.close()
