@@ -30,6 +30,7 @@ import hashlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -42,6 +43,7 @@ from kestreld.journal.files import (
 )
 from kestreld.journal.kestrel2 import (
     ItemData,
+    Kestrel2Folder,
     Kestrel2Item,
     Problem,
     ReplayResult,
@@ -78,6 +80,7 @@ class WrittenQueue:
     segments: list[str]
     checkpoints: list[str]
     items: int
+    data_bytes: int
 
 
 @dataclass(slots=True)
@@ -199,7 +202,9 @@ def merge_readers(readers: dict[str, list[Kestrel2Item]], data: ItemData) -> lis
         index: dict[tuple[int, int, bytes], list[int]] = {}
         for pos, key in enumerate(keys):
             index.setdefault(key, []).append(pos)
-        before: list[list[tuple[_Entry, tuple[int, int, bytes]]]] = [[] for _ in range(len(entries) + 1)]
+        before: list[list[tuple[_Entry, tuple[int, int, bytes]]]] = [
+            [] for _ in range(len(entries) + 1)
+        ]
         anchor = len(entries)
         for item in reversed(readers[child]):
             key = _key(item, data)
@@ -273,12 +278,13 @@ def write_queue(
     *,
     stamp: int,
     data: ItemData,
-    on_bytes: ProgressBar | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> WrittenQueue:
     """Write one queue's segments and checkpoints; all of them or none.
 
     Every file is written and fsynced under a ``~~`` name, then renamed; a
-    failure removes whatever this call created and re-raises.
+    failure removes whatever this call created and re-raises.  ``progress``
+    is called with the item bytes written so far.
     """
     entries = merge_readers(readers, data)
     temps: list[str] = []
@@ -292,7 +298,9 @@ def write_queue(
             item = entry.item
             payload = data(item)
             header = codec.put_header(id_, item.add_time, len(payload), item.expire_time or 0)
-            if out is None or (size + len(header) + len(payload) > SEGMENT_LIMIT and size > codec.MAGIC_SIZE):
+            if out is None or (
+                size + len(header) + len(payload) > SEGMENT_LIMIT and size > codec.MAGIC_SIZE
+            ):
                 if out is not None:
                     out.flush()
                     os.fsync(out.fileno())
@@ -307,8 +315,8 @@ def write_queue(
             out.write(payload)
             size += len(header) + len(payload)
             done_bytes += len(payload)
-            if on_bytes is not None:
-                on_bytes.update(done_bytes)
+            if progress is not None:
+                progress(done_bytes)
         if out is not None:
             out.flush()
             os.fsync(out.fileno())
@@ -338,6 +346,231 @@ def write_queue(
             except OSError:
                 pass
         raise
-    return WrittenQueue(queue, segments, checkpoints, len(entries))
+    return WrittenQueue(queue, segments, checkpoints, len(entries), done_bytes)
 
 
+# --- the command ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Plan:
+    folder: Kestrel2Folder
+    groups: dict[str, list[str]]  # parent queue -> its fanout children, to import
+
+
+def _plan(old_dir: str, new_dir: str, queues: list[str] | None) -> _Plan:
+    """What to import; refuses (nothing written) on bad folders or existing native files."""
+    if not os.path.isdir(old_dir):
+        raise ImportRefused(f"{old_dir} is not a folder")
+    if os.path.isdir(new_dir) and os.path.samefile(old_dir, new_dir):
+        raise ImportRefused("NEW_DIR must not be OLD_DIR (old and new file names can collide)")
+    if os.path.exists(new_dir) and not os.path.isdir(new_dir):
+        raise ImportRefused(f"{new_dir} is not a folder")
+    folder = scan_kestrel2_folder(old_dir)
+    groups: dict[str, list[str]] = {}
+    for name in folder.queues:
+        split = split_queue_name(name)
+        if split is None:  # scan_kestrel2_folder only returns legal names
+            continue
+        parent, child = split
+        children = groups.setdefault(parent, [])
+        if child:
+            children.append(child)
+    if queues:
+        for name in queues:
+            split = split_queue_name(name)
+            if split is None or split[1]:
+                raise ImportRefused(
+                    f"--queue {name}: give a queue name (its fanout children come with it)"
+                )
+            if name not in groups:
+                raise ImportRefused(f"--queue {name}: no Kestrel 2.x journal for it in {old_dir}")
+        groups = {name: groups[name] for name in queues}
+    if os.path.isdir(new_dir):
+        existing = scan_folder(new_dir)
+        clashes = []
+        for parent in sorted(groups):
+            files = existing.queues.get(parent)
+            if files is not None and (files.segments or files.checkpoints):
+                clashes.append(parent)
+            elif any(os.path.basename(p).partition(".")[0] == parent for p in existing.kestrel2):
+                clashes.append(parent)
+        if clashes:
+            raise ImportRefused(
+                f"{new_dir} already holds files of queue(s) {', '.join(clashes)}; "
+                "nothing was written (remove them or import into another folder)"
+            )
+    return _Plan(folder, groups)
+
+
+def print_summary(report: ImportReport, out: TextIO) -> None:
+    """One row per queue and fanout child (empty ones too), then every fault and warning."""
+    rows = [("queue", "files", "items", "bytes", "open returned", "faults", "warnings")]
+    for name in sorted(report.replays):
+        q = report.replays[name]
+        rows.append(
+            (
+                name,
+                str(len(q.files)),
+                str(len(q.items)),
+                str(sum(i.size for i in q.items)),
+                str(q.result.open_returned),
+                str(len(q.problems)),
+                str(len(q.result.warnings)),
+            )
+        )
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True)]
+        print("  ".join(cells), file=out)
+    for name in sorted(report.replays):
+        q = report.replays[name]
+        for p in q.problems:
+            after = ""
+            if p.dropped_bytes and q.files and p.path != q.files[-1]:
+                after = "; replay went on with the next file"
+            print(f"fault: {name}: {p}{after}", file=out)
+        for p in q.result.warnings:
+            print(f"warning: {name}: {p}", file=out)
+
+
+def import_kestrel2(
+    old_dir: str,
+    new_dir: str,
+    *,
+    queues: list[str] | None = None,
+    dry_run: bool = False,
+    strict: bool = False,
+    kestrel_2_0: bool = False,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    now_ms: int | None = None,
+    progress_min_bytes: int = PROGRESS_MIN_BYTES,
+) -> ImportReport:
+    """Run an import.  ``exit_code`` in the report: 0, or 1 when it was refused,
+    failed, or found faults under ``strict``.
+
+    Nothing is written with ``dry_run``, with ``strict`` when any fault was
+    found, or when the import is refused (``err`` says why).  A write failure
+    leaves the queues written before it complete and nothing of the failed
+    one.  ``now_ms`` is the import time (segment names, add time of ADD items).
+    """
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    report = ImportReport()
+    import_time = int(time.time() * 1000) if now_ms is None else now_ms
+    try:
+        plan = _plan(old_dir, new_dir, queues)
+    except ImportRefused as e:
+        print(f"import-kestrel2: {e}", file=err)
+        report.exit_code = 1
+        return report
+    files_of = plan.folder.queues
+
+    names = sorted({*plan.groups, *(f"{p}+{c}" for p, cs in plan.groups.items() for c in cs)})
+    total = sum(os.path.getsize(path) for name in names for path in files_of.get(name, []))
+    bar = ProgressBar("replaying", total, err, progress_min_bytes)
+    done = 0
+    for name in names:
+        files = files_of.get(name, [])
+        result = replay(
+            files,
+            kestrel_2_0=kestrel_2_0,
+            import_time_ms=import_time,
+            include_data=False,
+            progress=lambda n, base=done: bar.update(base + n),
+        )
+        done += result.file_bytes
+        result.items, too_large = _too_large(result)
+        report.replays[name] = QueueReplay(name, files, result, result.problems + too_large)
+    bar.finish()
+
+    print(f"Kestrel 2.x journals in {old_dir}:", file=out)
+    print_summary(report, out)
+    for path in plan.folder.superseded:
+        print(f"skipped: {os.path.basename(path)} (superseded by a pack file)", file=out)
+
+    if strict and report.faults:
+        print(f"--strict: {report.faults} fault(s); nothing written", file=out)
+        report.exit_code = 1
+        return report
+    if dry_run:
+        print("dry run: nothing written", file=out)
+        return report
+
+    os.makedirs(new_dir, exist_ok=True)
+    total_bytes = sum(sum(i.size for i in q.items) for q in report.replays.values())
+    wbar = ProgressBar("writing", total_bytes, err, progress_min_bytes)
+    written_bytes = 0
+    with ItemData() as data:
+        for parent in sorted(plan.groups):
+            readers = {"": report.replays[parent].items}
+            for child in plan.groups[parent]:
+                readers[child] = report.replays[f"{parent}+{child}"].items
+            try:
+                written = write_queue(
+                    new_dir,
+                    parent,
+                    readers,
+                    stamp=import_time,
+                    data=data,
+                    progress=lambda n, base=written_bytes: wbar.update(base + n),
+                )
+            except (OSError, ValueError) as e:
+                wbar.finish()
+                print(f"import-kestrel2: writing queue {parent} failed: {e}", file=err)
+                report.exit_code = 1
+                break
+            written_bytes += written.data_bytes
+            report.written.append(written)
+    if report.exit_code == 0:
+        wbar.finish()
+    for w in report.written:
+        segments = f"{len(w.segments)} segment(s)" if w.segments else "no segment"
+        ids = f" (ids 1-{w.items})" if w.items else ""
+        cps = ", ".join(os.path.basename(c) for c in w.checkpoints)
+        print(f"wrote {w.queue}: {w.items} item(s){ids} in {segments}; checkpoints {cps}", file=out)
+    if report.exit_code:
+        print(
+            "the queue that failed has no files in NEW_DIR; fix the cause and import it again "
+            "with --queue",
+            file=out,
+        )
+    return report
+
+
+def main(argv: list[str]) -> int:
+    """``kestreld journal import-kestrel2 OLD_DIR NEW_DIR ...``; returns the exit code."""
+    p = argparse.ArgumentParser(
+        prog="kestreld journal import-kestrel2",
+        description="Import Kestrel 2.x journals as native kestreld journal files.",
+    )
+    p.add_argument("old_dir", metavar="OLD_DIR", help="the Kestrel 2.x queue folder (read only)")
+    p.add_argument("new_dir", metavar="NEW_DIR", help="the kestreld queue folder to write into")
+    p.add_argument(
+        "--queue",
+        action="append",
+        metavar="NAME",
+        help="import only this queue and its fanout children (repeatable)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="replay and report; write nothing")
+    p.add_argument(
+        "--strict", action="store_true", help="exit 1 and write nothing if any fault is found"
+    )
+    p.add_argument(
+        "--kestrel-2.0",
+        dest="kestrel_2_0",
+        action="store_true",
+        help="read opcode 8 as Kestrel 2.0's STATE_DUMP (default: 2.1+ CONTINUE)",
+    )
+    args = p.parse_args(argv)
+    report = import_kestrel2(
+        args.old_dir,
+        args.new_dir,
+        queues=args.queue,
+        dry_run=args.dry_run,
+        strict=args.strict,
+        kestrel_2_0=args.kestrel_2_0,
+    )
+    return report.exit_code

@@ -446,7 +446,7 @@ class WriterJournal:
     def read(self, seg: Segment, offset: int, max_bytes: int) -> tuple[list[codec.Put], int, str | None]:
         """Complete PUTs from ``seg`` at ``offset``, about ``max_bytes`` worth.
 
-        Returns (puts, next offset, problem).  Only bytes already written are
+        Returns (puts with file offsets, next offset, problem).  Only bytes already written are
         read; pending buffered puts are written first when they are needed.
         """
         if seg is self.current and seg.written < seg.size and offset >= seg.written:
@@ -467,6 +467,8 @@ class WriterJournal:
             data = os.pread(fd, n, offset)
             res = codec.scan(data, 0)
             puts = [r for r in res.records if isinstance(r, codec.Put)]
+            for p in puts:
+                p.offset += offset  # file offsets
             if res.status == codec.Status.CORRUPT:
                 return puts, offset + res.pos, f"corrupt record at offset {offset + res.pos}: {res.problem}"
             if res.status == codec.Status.END:
