@@ -1,0 +1,117 @@
+"""Config files: units, inheritance, bad files refused at start-up, live reload."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kestreld_process import Conn
+
+from kestreld.config import ConfigError, build_config, load_config, parse_duration, parse_size
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(1024, 1024), ("16MiB", 16 * 1024 * 1024), ("16MB", 16 * 1024 * 1024), ("4KiB", 4096), ("1GiB", 1 << 30), ("512", 512)],
+)
+def test_sizes_accept_bytes_and_units(value, expected):
+    assert parse_size("k", value) == expected
+
+
+@pytest.mark.parametrize("value, expected", [(250, 250), ("100ms", 100), ("30s", 30_000), ("5m", 300_000), ("1h", 3_600_000), ("1d", 86_400_000)])
+def test_durations_accept_ms_and_units(value, expected):
+    assert parse_duration("k", value) == expected
+
+
+@pytest.mark.parametrize(
+    "doc, key",
+    [
+        ({"max_items": "lots"}, "max_items"),
+        ({"max_size": "12 parsecs"}, "max_size"),
+        ({"max_age": -5}, "max_age"),
+        ({"journal": "maybe"}, "journal"),
+        ({"no_such_key": 1}, "no_such_key"),
+        ({"queues": {"jobs": {"max_itemz": 3}}}, "queues.jobs.max_itemz"),
+        ({"queues": {"../etc": {}}}, "queues.../etc"),
+        ({"max_journal_size": 100}, "max_journal_size"),
+        ({"expire_to_queue": "a/b"}, "expire_to_queue"),
+        ({"port": 70000}, "port"),
+    ],
+)
+def test_bad_values_name_the_key(doc, key):
+    with pytest.raises(ConfigError) as e:
+        build_config(doc)
+    assert key in str(e.value)
+
+
+def test_fanout_reader_inherits_from_its_parent():
+    cfg = build_config({"max_items": 5, "queues": {"jobs": {"max_age": "30m"}, "jobs+audit": {"max_memory_size": "16MiB"}}})
+    audit = cfg.queue("jobs+audit")
+    assert (audit.max_items, audit.max_age, audit.max_memory_size) == (5, 1_800_000, 16 << 20)
+    assert cfg.queue("jobs+other").max_age == 1_800_000
+    assert cfg.queue("elsewhere").max_age is None
+
+
+def test_shipped_configs_are_valid():
+    for name in ("production.conf", "development.conf"):
+        load_config(str(ROOT / "config" / name))
+
+
+def test_bad_config_file_fails_at_start_up_naming_the_key(tmp_path):
+    conf = tmp_path / "bad.conf"
+    conf.write_text('max_memory_size = "lots"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "kestreld", "--config", str(conf), "--queue-path", str(tmp_path / "q"), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode != 0
+    assert "max_memory_size" in proc.stderr
+
+
+def test_flags_override_the_config_file(make_server, tmp_path):
+    srv = make_server("port = 1\nqueue_path = '/nonexistent/never'\n")  # the fixture passes --port/--queue-path
+    assert Conn(srv.connect()).set("q", "x") == b"STORED"
+    assert (srv.queue_path / ".lock").exists()
+
+
+def test_reload_changes_queue_settings_live(make_server):
+    srv = make_server("max_items = 2\n")
+    c = Conn(srv.connect())
+    assert [c.set("q", "1"), c.set("q", "2"), c.set("q", "3")] == [b"STORED", b"STORED", b"NOT_STORED"]
+    srv.config_path.write_text("max_items = 5\n[queues.q]\nmax_age = \"1h\"\n")
+    c.send("reload\r\n")
+    assert c.line() == b"Reloaded config."
+    assert c.set("q", "3") == b"STORED"
+    c.send("dump_config q\r\n")
+    lines = c.until_end()
+    assert b"  max_items=5" in lines
+    assert b"  max_age=3600000" in lines
+    assert srv.events("config_reloaded")
+
+
+def test_reload_with_a_bad_file_keeps_the_old_config(make_server):
+    srv = make_server("max_items = 2\n")
+    c = Conn(srv.connect())
+    srv.config_path.write_text("max_items = [\n")
+    c.send("reload\r\n")
+    reply = c.line()
+    assert reply.startswith(b"SERVER_ERROR")
+    c.send("dump_config q\r\n")
+    assert b"  max_items=2" in c.until_end()
+
+
+def test_reload_adds_configured_fanout_readers(make_server):
+    srv = make_server("")
+    c = Conn(srv.connect())
+    c.set("orders", "early")
+    srv.config_path.write_text('[queues."orders+audit"]\n')
+    c.send("reload\r\n")
+    assert c.line() == b"Reloaded config."
+    c.set("orders", "late")
+    assert c.get("orders+audit") == b"late"
