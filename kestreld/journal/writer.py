@@ -34,6 +34,9 @@ log = structlog.get_logger("kestreld.journal")
 #: After a failed write, puts are refused for this long before the next attempt.
 WRITE_RETRY_MS = 1000
 
+#: Called with the seconds each fsync took (set by the metrics endpoint).
+fsync_observer: Callable[[float], None] | None = None
+
 
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
@@ -42,9 +45,10 @@ class JournalWriteError(Exception):
 class Batch:
     """Puts written together; resolved once written (and fsynced when required)."""
 
-    __slots__ = ("done", "error", "callbacks")
+    __slots__ = ("done", "error", "callbacks", "started")
 
     def __init__(self) -> None:
+        self.started = time.perf_counter()
         self.done = False
         self.error: str | None = None
         self.callbacks: list[Callable[[Batch], None]] = []
@@ -369,11 +373,14 @@ class WriterJournal:
             return
         self._syncing = True
         loop = self._get_loop()
+        started = time.perf_counter()
         fut = loop.run_in_executor(self.executor, _sync_files, fds, retired, self.folder if dir_dirty else None)
-        fut.add_done_callback(lambda f: self._sync_done(f, waiting))
+        fut.add_done_callback(lambda f: self._sync_done(f, waiting, started))
 
-    def _sync_done(self, fut: asyncio.Future, waiting: list[Batch]) -> None:
+    def _sync_done(self, fut: asyncio.Future, waiting: list[Batch], started: float) -> None:
         self._syncing = False
+        if fsync_observer is not None:
+            fsync_observer(time.perf_counter() - started)
         error = None
         exc = fut.exception()
         if exc is not None:

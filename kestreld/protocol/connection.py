@@ -272,6 +272,9 @@ class MemcacheConnection(asyncio.Protocol):
                     ready.append(part)  # type: ignore[arg-type]
                 elif part.done:  # type: ignore[union-attr]
                     self.pending_batches -= 1
+                    observe = self.server.latency_observer
+                    if observe is not None:
+                        observe("set", time.perf_counter() - part.started)  # type: ignore[union-attr]
                     ready.append(STORED if part.error is None else _server_error(part.error))  # type: ignore[union-attr]
                 else:
                     break
@@ -361,6 +364,9 @@ class MemcacheConnection(asyncio.Protocol):
         if noreply:
             return
         if batch is None or batch.done:
+            observe = self.server.latency_observer
+            if observe is not None:
+                observe("set", 0.0)
             if batch is not None and batch.error is not None:
                 self.out.append(_server_error(batch.error))
             else:
@@ -424,6 +430,8 @@ class MemcacheConnection(asyncio.Protocol):
         item = reader.peek(now) if opts.peek else reader.take(now)
         if item is not None:
             self.stats.get_hits += 1
+            if self.server.latency_observer is not None:
+                self.server.latency_observer("get_hit", 0.0)
             self._deliver(reader, key, item, opts.open, opts.peek)
             return
         if opts.timeout <= 0 or opts.peek:
@@ -432,10 +440,14 @@ class MemcacheConnection(asyncio.Protocol):
             return
         fut = reader.wait(self.server.loop, opts.timeout / 1000)
         self.waiting = fut
-        fut.add_done_callback(lambda f: self._on_item(f, reader, key, opts.open))
+        started = time.perf_counter()
+        fut.add_done_callback(lambda f: self._on_item(f, reader, key, opts.open, started))
 
-    def _on_item(self, fut: asyncio.Future, reader: Reader, key: bytes, open_: bool) -> None:
+    def _on_item(self, fut: asyncio.Future, reader: Reader, key: bytes, open_: bool, started: float) -> None:
         item = None if fut.cancelled() else fut.result()
+        observe = self.server.latency_observer
+        if observe is not None and not self.closing:
+            observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - started)
         if self.closing:
             if item is not None:
                 reader.return_items([item])  # the waiter died: the item goes on

@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -47,6 +48,8 @@ class Server:
         self._stopping: asyncio.Event | None = None
         self._stopped = False
         self.metrics = None
+        #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
+        self.latency_observer: Callable[[str, float], None] | None = None
 
     # --- start-up -----------------------------------------------------------------------
 

@@ -1,0 +1,207 @@
+"""The streaming side of ``kestrel_journal``: tailing a live queue folder.
+
+An offset is, per queue, the writer segment and the byte position just past
+the last record already offered::
+
+    {"queues": {"jobs": {"segment": "jobs.1700000000000", "offset": 81920}}}
+
+Everything in older segments and before ``offset`` in ``segment`` has been
+offered.  Only the newest segment of a queue can still grow (the server
+writes out a segment before it starts the next one), so a micro-batch reads
+the older segments in its range to their end and the newest one up to the
+last *complete* record found when the batch was planned: a record being
+written is never offered half.  Segments that moved to ``archivePath`` are
+read from there.  Reading never changes the folder: nothing is consumed.
+
+Offsets are deterministic functions of the files, so a query restarted from
+its Spark checkpoint re-reads exactly the batch it had not committed, as long
+as the segments still exist (set ``archive_path`` on the server, or keep
+segments until the stream has read them).  Reader checkpoints are not
+streamed (they are rewritten, not appended); read them with a batch query.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from kestreld.journal import codec
+from kestreld.journal.files import scan_folder
+from kestreld.pipeline.columnar import read_segment
+from kestreld.pipeline.listing import FileKind, JournalFile
+from kestreld.pipeline.source import option_bool, option_paths
+
+try:  # PySpark >= 4.1
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - older PySpark 4.0
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+Offset = dict[str, Any]
+
+
+@dataclass
+class SegmentRange(InputPartition):
+    """Bytes ``[start, end)`` of one segment; ``end`` None = to the end of the file."""
+
+    file: JournalFile
+    start: int
+    end: int | None
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, None)
+
+
+def _stamp(name: str) -> int:
+    return int(name.rpartition(".")[2])
+
+
+class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of the PUT records appended to a queue folder's segments."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        paths = option_paths(options)
+        if len(paths) != 1 or not os.path.isdir(paths[0]):
+            raise ValueError("kestrel_journal streaming: load() one queue folder")
+        self.folder = paths[0]
+        self.archive_path = options.get("archivePath") or None
+        self.include_data = option_bool(options, "includeData", True)
+        self.starting = (options.get("startingOffsets") or "earliest").lower()
+        if self.starting not in ("earliest", "latest"):
+            raise ValueError("startingOffsets must be 'earliest' or 'latest'")
+        # segment name -> a position known to be a record boundary (content before
+        # it never changes), so each trigger scans only the new bytes
+        self._boundaries: dict[str, int] = {}
+        self._available_now: Offset | None = None
+        self._last: Offset | None = None
+
+    # --- listing ----------------------------------------------------------------------
+
+    def _segments(self) -> dict[str, list[JournalFile]]:
+        """Queue -> its segments (live and archived), oldest first."""
+        found: dict[str, dict[str, JournalFile]] = {}
+        folders = [self.folder] + ([self.archive_path] if self.archive_path else [])
+        for folder in folders:
+            for queue, files in scan_folder(folder).queues.items():
+                for stamp, _path in files.segments:
+                    name = os.path.basename(_path)
+                    if name not in found.setdefault(queue, {}):
+                        found[queue][name] = self._file(queue, name, stamp)
+        return {q: sorted(segs.values(), key=lambda jf: jf.stamp) for q, segs in found.items()}
+
+    def _file(self, queue: str, name: str, stamp: int) -> JournalFile:
+        paths = [os.path.join(self.folder, name)]
+        if self.archive_path:
+            paths.append(os.path.join(self.archive_path, name))
+        return JournalFile(FileKind.SEGMENT, name, queue, None, paths, 0, stamp)
+
+    def _complete_end(self, jf: JournalFile, start: int) -> int:
+        """The end of the last complete record of a segment, scanning from ``start``."""
+        pos = max(start, self._boundaries.get(jf.name, 0))
+        for path in jf.paths:
+            try:
+                f = open(path, "rb")  # noqa: SIM115
+            except FileNotFoundError:
+                continue
+            with f:
+                size = os.fstat(f.fileno()).st_size
+                if size < codec.MAGIC_SIZE:
+                    return pos
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                    if pos < codec.MAGIC_SIZE:
+                        if mm[: codec.MAGIC_SIZE] != codec.WRITER_MAGIC:
+                            return 0
+                        pos = codec.MAGIC_SIZE
+                    while True:
+                        res = codec.scan(mm, pos, size, include_data=False, limit=65536)
+                        pos = res.pos
+                        if res.status != codec.Status.MORE or len(res.records) < 65536:
+                            break
+            self._boundaries[jf.name] = pos
+            return pos
+        return start
+
+    def _latest(self, start: Offset) -> Offset:
+        queues = dict(start.get("queues", {}))
+        for queue, segments in self._segments().items():
+            newest = segments[-1]
+            seen = queues.get(queue)
+            if seen is not None and _stamp(seen["segment"]) > newest.stamp:
+                continue  # the folder lost segments we already read; keep our place
+            from_pos = seen["offset"] if seen and seen["segment"] == newest.name else 0
+            queues[queue] = {"segment": newest.name, "offset": self._complete_end(newest, from_pos)}
+        return {"queues": dict(sorted(queues.items()))}
+
+    # --- the DataSourceStreamReader interface ------------------------------------------
+
+    def initialOffset(self) -> Offset:
+        if self.starting == "latest":
+            return self._latest({"queues": {}})
+        return {"queues": {}}
+
+    def latestOffset(self, start: Offset | None = None, limit: object = None) -> Offset:
+        """All complete records available now (read limits are not supported)."""
+        if start is None:  # PySpark < 4.2 calls latestOffset() without arguments
+            start = self._last or self.initialOffset()
+        if self._available_now is not None:
+            end = self._available_now
+        else:
+            end = self._latest(start)
+        self._last = end
+        return end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: stop at what is in the folder now."""
+        self._available_now = self._latest({"queues": {}})
+
+    def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
+        begun = start.get("queues", {})
+        parts: list[InputPartition] = []
+        listed = self._segments()
+        for queue, stop in end.get("queues", {}).items():
+            since = begun.get(queue)
+            if since == stop:
+                continue
+            first = _stamp(since["segment"]) if since else -1
+            last = _stamp(stop["segment"])
+            by_name = {jf.name: jf for jf in listed.get(queue, [])}
+            # The end segment is named by the offset even if it was listed nowhere now
+            # (moved or deleted since): reading it then reports the problem.
+            if stop["segment"] not in by_name:
+                by_name[stop["segment"]] = self._file(queue, stop["segment"], last)
+            for jf in sorted(by_name.values(), key=lambda f: f.stamp):
+                if not first <= jf.stamp <= last:
+                    continue
+                lo = since["offset"] if since and jf.name == since["segment"] else 0
+                hi = stop["offset"] if jf.name == stop["segment"] else None
+                if hi is not None and hi <= max(lo, codec.MAGIC_SIZE):
+                    continue
+                parts.append(SegmentRange(jf, lo, hi))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SegmentRange)
+        yield from read_segment(
+            partition.file,
+            include_data=self.include_data,
+            start=partition.start,
+            end=partition.end,
+            tail_is_problem=partition.end is None,
+        )
+
+    def commit(self, end: Offset) -> None:
+        # Forget boundaries of segments the stream has passed.
+        keep = {q["segment"] for q in end.get("queues", {}).values()}
+        for name in list(self._boundaries):
+            if name not in keep:
+                del self._boundaries[name]
