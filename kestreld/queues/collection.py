@@ -1,0 +1,232 @@
+"""Every queue of one server: lookup by name, creation, deletion, sweeps and checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from concurrent.futures import Executor
+
+import structlog
+
+from kestreld.config import ServerConfig
+from kestreld.journal.checkpoint import write_checkpoint
+from kestreld.journal.files import scan_folder, split_queue_name
+from kestreld.journal.writer import JournalWriteError
+from kestreld.queues.item import QueueItem
+from kestreld.queues.journaled_queue import JournaledQueue, QueueFull
+from kestreld.queues.reader import Reader
+
+log = structlog.get_logger("kestreld.queues")
+
+
+class Kestrel2JournalsFound(Exception):
+    """The queue folder holds Kestrel 2.x journals, which must be imported first."""
+
+    def __init__(self, folder: str, paths: list[str]) -> None:
+        self.folder = folder
+        self.paths = paths
+        names = ", ".join(os.path.basename(p) for p in paths[:10])
+        more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
+        super().__init__(
+            f"{folder} holds Kestrel 2.x journal files ({names}{more}); kestreld will not read "
+            f"them as its own format. Import them with: kestreld journal import-kestrel2 "
+            f"{folder} NEW_FOLDER, then start kestreld on NEW_FOLDER."
+        )
+
+
+class QueueCollection:
+    def __init__(self, config: ServerConfig, executor: Executor | None = None) -> None:
+        self.config = config
+        self.executor = executor
+        self.queues: dict[str, JournaledQueue] = {}
+        self.queue_creates = 0
+        self.queue_deletes = 0
+        self.queue_expires = 0
+        self._checkpointing = False
+
+    # --- start-up -----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild every queue from the queue folder (raises Kestrel2JournalsFound)."""
+        folder = self.config.queue_path
+        os.makedirs(folder, exist_ok=True)
+        found = scan_folder(folder)
+        if found.kestrel2:
+            raise Kestrel2JournalsFound(folder, found.kestrel2)
+        for path in found.temporaries:
+            try:
+                os.unlink(path)
+                log.info("temporary_removed", path=path)
+            except OSError:
+                pass
+        for path in found.unknown:
+            log.warning("unknown_file_ignored", path=path)
+        names = set(found.queues)
+        configured: dict[str, list[str]] = {}
+        for full in self.config.configured_readers():
+            q, r = full.split("+", 1)
+            configured.setdefault(q, []).append(r)
+            names.add(q)
+        for name in sorted(names):
+            queue = JournaledQueue(name, self.config, executor=self.executor)
+            for warning in queue.open(found.queues.get(name), configured.get(name, [])):
+                log.warning("journal_repaired", queue=name, problem=warning)
+            self._adopt(queue)
+            log.info("queue_loaded", queue=name, items={r.full_name: r.items for r in queue.readers.values()})
+
+    def _adopt(self, queue: JournaledQueue) -> None:
+        self.queues[queue.name] = queue
+        for reader in queue.readers.values():
+            reader.on_expired = self._forward_expired
+
+    # --- lookup ---------------------------------------------------------------------------
+
+    def queue(self, name: str, create: bool) -> JournaledQueue | None:
+        queue = self.queues.get(name)
+        if queue is None and create:
+            queue = JournaledQueue(name, self.config, executor=self.executor)
+            queue.open(None, [r.split("+", 1)[1] for r in self.config.configured_readers() if r.split("+", 1)[0] == name])
+            self._adopt(queue)
+            self.queue_creates += 1
+            log.info("queue_created", queue=name)
+        return queue
+
+    def reader(self, full_name: str, create: bool) -> Reader | None:
+        """The reader for ``q`` or ``q+r`` (the name must be legal)."""
+        qname, _, rname = full_name.partition("+")
+        queue = self.queue(qname, create)
+        if queue is None:
+            return None
+        reader = queue.reader(rname, create)
+        if reader is not None and reader.on_expired is None:
+            reader.on_expired = self._forward_expired
+        return reader
+
+    def readers(self) -> list[Reader]:
+        return [r for q in self.queues.values() for r in q.readers.values()]
+
+    # --- commands -----------------------------------------------------------------------
+
+    def put(self, name: str, data: bytes, expire_time: int, now: int):
+        queue = self.queue(name, create=True)
+        assert queue is not None
+        return queue.put(data, expire_time, now)
+
+    def delete(self, full_name: str) -> None:
+        qname, plus, rname = full_name.partition("+")
+        queue = self.queues.get(qname)
+        if queue is None:
+            return
+        if plus:
+            if queue.remove_reader(rname):
+                log.info("reader_deleted", queue=qname, reader=rname)
+            return
+        del self.queues[qname]
+        queue.erase()
+        self.queue_deletes += 1
+        log.info("queue_deleted", queue=qname)
+
+    def flush(self, full_name: str) -> None:
+        reader = self.reader(full_name, create=False)
+        if reader is not None:
+            reader.flush()
+
+    def flush_all(self) -> None:
+        for reader in self.readers():
+            reader.flush()
+
+    def flush_expired(self, full_name: str) -> int:
+        reader = self.reader(full_name, create=False)
+        if reader is None:
+            return 0
+        return reader.discard_expired(int(time.time() * 1000))
+
+    def flush_all_expired(self) -> int:
+        now = int(time.time() * 1000)
+        return sum(r.discard_expired(now) for r in self.readers())
+
+    def _forward_expired(self, reader: Reader, item: QueueItem) -> None:
+        target = reader.config.expire_to_queue
+        if not target or split_queue_name(target) is None or target.partition("+")[0] == reader.queue.name:
+            return
+        try:
+            self.put(target.partition("+")[0], item.data, 0, int(time.time() * 1000))
+        except (QueueFull, JournalWriteError) as e:
+            log.warning("expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e))
+
+    # --- periodic work ------------------------------------------------------------------
+
+    def sweep(self) -> None:
+        """Expire items, time out open reads, delete idle queues past max_queue_age."""
+        now = int(time.time() * 1000)
+        mono = time.monotonic()
+        for queue in list(self.queues.values()):
+            for reader in list(queue.readers.values()):
+                limit = reader.config.max_expire_sweep
+                reader.discard_expired(now, limit if limit else None)
+                stale = reader.expired_open_reads(mono)
+                if stale:
+                    log.info("open_reads_timed_out", queue=reader.full_name, count=len(stale))
+                    reader.abort(stale)
+            max_queue_age = queue.config.max_queue_age
+            if (
+                max_queue_age
+                and (mono - queue.created_at) * 1000 >= max_queue_age
+                and all(r.items == 0 and not r.open_reads and not r.memory.live_waiters() for r in queue.readers.values())
+            ):
+                del self.queues[queue.name]
+                queue.erase()
+                self.queue_expires += 1
+                log.info("queue_expired", queue=queue.name)
+
+    async def checkpoint(self) -> None:
+        """Write changed checkpoints (off the loop), then drop dead segments."""
+        if self._checkpointing:
+            return
+        self._checkpointing = True
+        try:
+            loop = asyncio.get_running_loop()
+            jobs = [job for q in self.queues.values() for job in q.checkpoint_jobs()]
+            if jobs:
+                await loop.run_in_executor(self.executor, _write_all, jobs)
+            for queue in list(self.queues.values()):
+                if not queue.deleted:
+                    for path in queue.remove_dead_segments():
+                        log.debug("segment_retired", queue=queue.name, path=path)
+        finally:
+            self._checkpointing = False
+
+    def reconfigure(self, config: ServerConfig) -> None:
+        self.config = config
+        for queue in self.queues.values():
+            queue.reconfigure(config)
+        for full in config.configured_readers():
+            self.reader(full, create=True)
+
+    def close(self) -> None:
+        for queue in self.queues.values():
+            for reader in queue.readers.values():
+                reader.memory.wake_all()
+            queue.close()
+
+    # --- stats --------------------------------------------------------------------------
+
+    def totals(self) -> tuple[int, int]:
+        items = nbytes = 0
+        for reader in self.readers():
+            items += reader.items
+            nbytes += reader.bytes
+        return items, nbytes
+
+
+def _write_all(jobs: list[tuple[Reader, str, int, list[int]]]) -> None:
+    for reader, path, head, done in jobs:
+        try:
+            if reader.deleted:
+                continue
+            write_checkpoint(path, head, done)
+            reader.saved_head = head
+        except OSError as e:
+            reader.dirty = True
+            log.error("checkpoint_failed", queue=reader.full_name, error=str(e))

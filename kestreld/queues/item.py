@@ -1,0 +1,33 @@
+"""A queued item and its metadata (libkestrel's ``QueueItem``)."""
+
+from __future__ import annotations
+
+
+class QueueItem:
+    """One item.  Immutable by convention: fanout readers share the same object."""
+
+    __slots__ = ("id", "add_time", "expire_time", "error_count", "data")
+
+    def __init__(self, id: int, add_time: int, expire_time: int, error_count: int, data: bytes) -> None:
+        self.id = id
+        self.add_time = add_time  # ms since the epoch
+        self.expire_time = expire_time  # ms since the epoch, 0 = never
+        self.error_count = error_count
+        self.data = data
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def expired(self, now: int, max_age: int | None) -> bool:
+        """True when ``min(expire_time, add_time + max_age) <= now``."""
+        if self.expire_time and self.expire_time <= now:
+            return True
+        return bool(max_age) and self.add_time + max_age <= now  # type: ignore[operator]
+
+    def aborted(self) -> QueueItem:
+        """The same item with its error count raised, as an abort returns it."""
+        return QueueItem(self.id, self.add_time, self.expire_time, self.error_count + 1, self.data)
+
+    def __repr__(self) -> str:
+        return f"QueueItem(id={self.id}, size={len(self.data)}, errors={self.error_count})"

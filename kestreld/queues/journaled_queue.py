@@ -1,0 +1,245 @@
+"""A queue: one writer journal shared by its readers (libkestrel's ``JournaledQueue``).
+
+Every put is journaled once and offered to every reader: the default reader
+``q`` (absent when the queue is ``fanout_only``) and fanout readers ``q+r``.
+A ``journal = false`` queue keeps no files and lives in memory only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import Executor
+
+import structlog
+
+from kestreld.config import QueueConfig, ServerConfig
+from kestreld.journal.checkpoint import read_checkpoint, write_checkpoint
+from kestreld.journal.files import QueueFiles, checkpoint_name
+from kestreld.journal.writer import Batch, JournalWriteError, WriterJournal
+from kestreld.queues.item import QueueItem
+from kestreld.queues.reader import Reader
+
+log = structlog.get_logger("kestreld.queues")
+
+
+class QueueFull(Exception):
+    """A reader is full and does not discard old items."""
+
+
+class JournaledQueue:
+    def __init__(
+        self,
+        name: str,
+        server_config: ServerConfig,
+        *,
+        executor: Executor | None = None,
+    ) -> None:
+        self.name = name
+        self.server_config = server_config
+        self.config: QueueConfig = server_config.queue(name)
+        self.folder = server_config.queue_path
+        self.executor = executor
+        self.journal: WriterJournal | None = None
+        if self.config.journal:
+            self.journal = WriterJournal(
+                self.folder,
+                name,
+                max_journal_size=self.config.max_journal_size,
+                sync_journal=self.config.sync_journal,
+                archive_path=server_config.archive_path,
+                executor=executor,
+            )
+        self.readers: dict[str, Reader] = {}
+        self.created_at = time.monotonic()
+        self.last_activity = self.created_at
+        self._next_id = 1  # ids of journal-less queues
+        self.deleted = False
+
+    # --- start-up ---------------------------------------------------------------------
+
+    def open(self, files: QueueFiles | None, reader_names: list[str]) -> list[str]:
+        """Adopt existing files and restore readers; returns warnings about damage."""
+        warnings: list[str] = []
+        checkpoints = dict(files.checkpoints) if files else {}
+        names = set(reader_names) | set(checkpoints)
+        if not self.config.fanout_only:
+            names.add("")
+        restored = {}
+        for rname in names:
+            path = checkpoints.get(rname)
+            cp = read_checkpoint(path) if path else None
+            if cp is not None and cp.problem:
+                warnings.append(f"{path}: {cp.problem}; re-delivering from head {cp.head}")
+            restored[rname] = cp
+        if self.journal is not None:
+            min_next = 1 + max(
+                [cp.head for cp in restored.values() if cp] + [max(cp.done, default=0) for cp in restored.values() if cp] + [0]
+            )
+            warnings += self.journal.open(files.segments if files else [], min_next)
+            oldest = self.journal.segments[0].first_id if self.journal.segments else 0
+        for rname in sorted(names):
+            reader = self._new_reader(rname)
+            cp = restored[rname]
+            if self.journal is None:
+                continue
+            if cp is None:
+                head, done = 0, set()
+            else:
+                head, done = cp.head, cp.done
+                if cp.problem and cp.head == 0 and oldest:
+                    head = oldest - 1
+            reader.restore(head, done)
+            if cp is None or cp.problem:
+                reader.dirty = True
+        return warnings
+
+    def _new_reader(self, rname: str) -> Reader:
+        cfg = self.server_config.queue(self.name if not rname else f"{self.name}+{rname}")
+        reader = Reader(self, rname, cfg)
+        self.readers[rname] = reader
+        return reader
+
+    # --- readers ------------------------------------------------------------------------
+
+    def reader(self, rname: str, create: bool) -> Reader | None:
+        reader = self.readers.get(rname)
+        if reader is None and create and (rname or not self.config.fanout_only):
+            reader = self._new_reader(rname)
+            reader.start_at_tail()
+            self.save_checkpoint_soon(reader)
+            log.info("reader_created", queue=self.name, reader=rname)
+        return reader
+
+    def remove_reader(self, rname: str) -> bool:
+        reader = self.readers.pop(rname, None)
+        if reader is None:
+            return False
+        reader.close()
+        if self.journal is not None:
+            _unlink(os.path.join(self.folder, checkpoint_name(self.name, rname)))
+        return True
+
+    @property
+    def last_id(self) -> int:
+        return self.journal.last_id if self.journal is not None else self._next_id - 1
+
+    def children(self) -> list[Reader]:
+        return [r for n, r in self.readers.items() if n]
+
+    # --- puts ---------------------------------------------------------------------------
+
+    def put(self, data: bytes, expire_time: int, now: int) -> Batch | None:
+        """Add an item for every reader; the batch (if any) says when it is durable.
+
+        Raises QueueFull (NOT_STORED) or JournalWriteError (SERVER_ERROR).
+        """
+        cfg = self.config
+        if cfg.max_age:
+            limit = now + cfg.max_age
+            if not expire_time or expire_time > limit:
+                expire_time = limit
+        readers = self.readers.values()
+        for reader in readers:
+            if reader.is_full():
+                if not reader.config.discard_old_when_full:
+                    raise QueueFull(reader.full_name)
+        for reader in readers:
+            if reader.config.discard_old_when_full:
+                reader.make_room(now)
+        self.last_activity = time.monotonic()
+        journal = self.journal
+        if journal is not None:
+            id_, seg, offset, batch = journal.put(now, data, expire_time)
+        else:
+            id_, seg, offset, batch = self._next_id, None, 0, None
+            self._next_id += 1
+        item = QueueItem(id_, now, expire_time, 0, data)
+        for reader in readers:
+            reader.offer(item, seg, offset, now)
+        return batch
+
+    # --- durability -----------------------------------------------------------------------
+
+    def save_checkpoint_soon(self, reader: Reader) -> None:
+        if self.journal is None or self.executor is None:
+            return
+        import asyncio
+
+        path = os.path.join(self.folder, checkpoint_name(self.name, reader.name))
+        head, done = reader.checkpoint_state()
+        reader.dirty = False
+        fut = asyncio.get_running_loop().run_in_executor(self.executor, write_checkpoint, path, head, done)
+        fut.add_done_callback(lambda f: self._checkpoint_written(reader, head, f))
+
+    def _checkpoint_written(self, reader: Reader, head: int, fut) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            reader.dirty = True
+            log.error("checkpoint_failed", queue=reader.full_name, error=str(exc))
+        else:
+            reader.saved_head = max(reader.saved_head, head)
+
+    def checkpoint_jobs(self) -> list[tuple[Reader, str, int, list[int]]]:
+        """Snapshots of the readers whose state changed since the last checkpoint."""
+        if self.journal is None:
+            return []
+        jobs = []
+        for reader in self.readers.values():
+            if reader.dirty:
+                reader.dirty = False
+                head, done = reader.checkpoint_state()
+                path = os.path.join(self.folder, checkpoint_name(self.name, reader.name))
+                jobs.append((reader, path, head, done))
+        return jobs
+
+    def remove_dead_segments(self) -> list[str]:
+        """Delete (or archive) segments every reader has durably consumed."""
+        if self.journal is None:
+            return []
+        heads = [r.saved_head for r in self.readers.values()]
+        min_head = min(heads) if heads else self.journal.last_id
+        return self.journal.remove_dead(min_head)
+
+    def close(self) -> None:
+        """Write everything out: journal synced, every checkpoint written (blocking)."""
+        if self.journal is None:
+            return
+        self.journal.close()
+        for reader, path, head, done in self.checkpoint_jobs():
+            try:
+                write_checkpoint(path, head, done)
+                reader.saved_head = head
+            except OSError as e:
+                log.error("checkpoint_failed", queue=reader.full_name, error=str(e))
+
+    def erase(self) -> None:
+        """Delete the queue's files (``delete q``)."""
+        self.deleted = True
+        for reader in self.readers.values():
+            reader.close()
+        if self.journal is not None:
+            self.journal.erase()
+            for rname in self.readers:
+                _unlink(os.path.join(self.folder, checkpoint_name(self.name, rname)))
+
+    def reconfigure(self, server_config: ServerConfig) -> None:
+        """Apply a reloaded config live."""
+        self.server_config = server_config
+        self.config = server_config.queue(self.name)
+        if self.journal is not None:
+            self.journal.max_journal_size = self.config.max_journal_size
+            self.journal.sync_journal = self.config.sync_journal
+            self.journal.archive_path = server_config.archive_path
+        for rname, reader in self.readers.items():
+            reader.config = server_config.queue(self.name if not rname else f"{self.name}+{rname}")
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+__all__ = ["JournaledQueue", "QueueFull", "JournalWriteError"]

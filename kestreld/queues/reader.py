@@ -1,0 +1,431 @@
+"""One reader of a queue: its in-memory items, read-behind, open reads and checkpoint state.
+
+A queue has one reader per consumer group: the default reader (``q``) and any
+fanout readers (``q+r``).  Each reader holds at most ``max_memory_size``
+bytes of items in memory; past that it is in *read-behind*: new items stay in
+the writer journal only and are streamed back in order as memory drains.
+
+Consumption is tracked the libkestrel way: ``head`` is the highest id below
+which every item is done, ``done`` holds ids confirmed out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from kestreld.config import QueueConfig
+from kestreld.journal.codec import MAGIC_SIZE
+from kestreld.journal.writer import Segment, WriterJournal
+from kestreld.queues.blocking import BlockingQueue
+from kestreld.queues.item import QueueItem
+
+if TYPE_CHECKING:
+    from kestreld.queues.journaled_queue import JournaledQueue
+
+log = structlog.get_logger("kestreld.queues")
+
+#: Most bytes read back from the journal in one refill (keeps the event loop responsive).
+REFILL_CHUNK = 1024 * 1024
+
+
+class OpenRead:
+    """An item handed out tentatively; confirmed (close) or given back (abort)."""
+
+    __slots__ = ("item", "reader", "opened_at", "finished")
+
+    def __init__(self, item: QueueItem, reader: Reader, opened_at: float) -> None:
+        self.item = item
+        self.reader = reader
+        self.opened_at = opened_at  # monotonic seconds
+        self.finished = False
+
+
+class ReadBehind:
+    """Where a reader resumes reading items that are only in the journal."""
+
+    __slots__ = ("segment", "offset", "next_id")
+
+    def __init__(self, segment: Segment, offset: int, next_id: int) -> None:
+        self.segment = segment
+        self.offset = offset
+        self.next_id = next_id  # the lowest id not yet loaded
+
+
+class Reader:
+    def __init__(self, queue: JournaledQueue, name: str, config: QueueConfig) -> None:
+        self.queue = queue
+        self.name = name  # "" for the default reader
+        self.full_name = queue.name if not name else f"{queue.name}+{name}"
+        self.config = config
+        self.memory: BlockingQueue[QueueItem] = BlockingQueue()
+        self.mem_bytes = 0
+        self.items = 0  # unconsumed items (memory + journal only), open reads excluded
+        self.bytes = 0
+        self.rb: ReadBehind | None = None
+        self.open_reads: dict[int, OpenRead] = {}
+        self.head = 0
+        self.done: set[int] = set()
+        self.dirty = False
+        self.saved_head = 0  # the head in the last durable checkpoint
+        self.deleted = False
+        self.on_expired: Callable[[Reader, QueueItem], None] | None = None
+        # stats
+        self.total_items = 0
+        self.expired_items = 0
+        self.discarded = 0
+        self.transactions = 0
+        self.canceled_transactions = 0
+        self.total_flushes = 0
+        self.age = 0
+
+    @property
+    def journal(self) -> WriterJournal | None:
+        return self.queue.journal
+
+    # --- start-up ---------------------------------------------------------------------
+
+    def restore(self, head: int, done: set[int]) -> None:
+        """Resume from a checkpoint: items after ``head`` and not in ``done`` are unread."""
+        journal = self.journal
+        self.head = self.saved_head = head
+        self.done = done
+        if journal is None or journal.last_id <= head:
+            self.done = set()
+            return
+        last = journal.last_id
+        skipped = sum(1 for i in done if head < i <= last)
+        self.items = max(0, last - head - skipped)
+        est = 0
+        for seg in journal.segments:
+            if seg.first_id > head:
+                est += seg.data_bytes
+            elif seg.last_id > head and seg.items:
+                est += seg.data_bytes * (seg.last_id - head) // seg.items
+        self.bytes = est
+        seg = journal.segment_for(head + 1)
+        if seg is not None and self.items:
+            self.rb = ReadBehind(seg, MAGIC_SIZE, head + 1)
+
+    def start_at_tail(self) -> None:
+        """A reader created at run time sees only items added after it."""
+        journal = self.journal
+        self.head = self.saved_head = journal.last_id if journal else self.queue.last_id
+        self.dirty = True
+
+    # --- adding -------------------------------------------------------------------------
+
+    def offer(self, item: QueueItem, seg: Segment | None, offset: int, now: int) -> None:
+        """A new item for this reader (called for every put)."""
+        self.total_items += 1
+        size = len(item.data)
+        if item.expired(now, self.config.max_age):
+            self.expired_items += 1
+            self.commit(item.id)
+            self._forward_expired(item)
+            return
+        self.items += 1
+        self.bytes += size
+        if self.rb is None:
+            if seg is None or self.mem_bytes + size <= self.config.max_memory_size or not self.memory.items:
+                if self.memory.hand_off(item):
+                    self._removed(item, now)
+                else:
+                    self.memory.items.append(item)
+                    self.mem_bytes += size
+                return
+            self.rb = ReadBehind(seg, offset, item.id)
+
+    def is_full(self) -> bool:
+        cfg = self.config
+        return (cfg.max_items is not None and self.items >= cfg.max_items) or (
+            cfg.max_size is not None and self.bytes >= cfg.max_size
+        )
+
+    def make_room(self, now: int) -> None:
+        """Discard oldest items until a new one fits (discard_old_when_full)."""
+        while self.is_full():
+            item = self._pop(now)
+            if item is None:
+                return
+            self.discarded += 1
+            self._removed(item, now)
+            self.commit(item.id)
+
+    # --- taking -------------------------------------------------------------------------
+
+    def _pop(self, now: int) -> QueueItem | None:
+        """The head item, past expired ones; removed from memory, not yet from counts."""
+        memory = self.memory
+        max_age = self.config.max_age
+        while True:
+            if not memory.items:
+                if self.rb is None or not self._refill():
+                    return None
+            item = memory.items.popleft()
+            self.mem_bytes -= len(item.data)
+            if (item.expire_time or max_age) and item.expired(now, max_age):
+                self._expire(item)
+                continue
+            if self.rb is not None and self.mem_bytes < self.config.max_memory_size // 2:
+                self._refill()
+            return item
+
+    def take(self, now: int) -> QueueItem | None:
+        """Remove and return the head item (None when empty)."""
+        item = self._pop(now)
+        if item is not None:
+            self._removed(item, now)
+        return item
+
+    def peek(self, now: int) -> QueueItem | None:
+        item = self._pop(now)
+        if item is not None:
+            self.memory.items.appendleft(item)
+            self.mem_bytes += len(item.data)
+        return item
+
+    def wait(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> asyncio.Future:
+        return self.memory.wait(loop, timeout)
+
+    def _removed(self, item: QueueItem, now: int) -> None:
+        self.items -= 1
+        self.bytes -= len(item.data)
+        self.age = max(0, now - item.add_time)
+
+    # --- reliable reads -----------------------------------------------------------------
+
+    def open(self, item: QueueItem) -> OpenRead:
+        read = OpenRead(item, self, time.monotonic())
+        self.open_reads[item.id] = read
+        self.transactions += 1
+        return read
+
+    def confirm(self, read: OpenRead) -> None:
+        if read.finished:
+            return
+        read.finished = True
+        if self.open_reads.pop(read.item.id, None) is not None and not self.deleted:
+            self.commit(read.item.id)
+
+    def abort(self, reads: list[OpenRead]) -> None:
+        """Give open reads back to the head of the queue, in their original order."""
+        items = []
+        for read in reads:
+            if read.finished:
+                continue
+            read.finished = True
+            if self.open_reads.pop(read.item.id, None) is None or self.deleted:
+                continue
+            self.canceled_transactions += 1
+            items.append(read.item.aborted())
+        self.return_items(items)
+
+    def return_items(self, items: list[QueueItem]) -> None:
+        """Put items back at the head (waiters first), in order; no transaction counted."""
+        now = int(time.time() * 1000)
+        rest = []
+        for item in items:
+            self.items += 1
+            self.bytes += len(item.data)
+            if self.memory.hand_off(item):
+                self._removed(item, now)
+            else:
+                rest.append(item)
+        self.memory.items.extendleft(reversed(rest))
+        self.mem_bytes += sum(len(i.data) for i in rest)
+
+    # --- consumption bookkeeping ------------------------------------------------------
+
+    def commit(self, id_: int) -> None:
+        """Mark one id consumed: advance the head or remember it as done out of order."""
+        head = self.head
+        if id_ <= head:
+            return
+        self.dirty = True
+        if id_ == head + 1:
+            done = self.done
+            head = id_
+            while head + 1 in done:
+                head += 1
+                done.discard(head)
+            self.head = head
+        else:
+            self.done.add(id_)
+
+    def commit_range(self, lo: int, hi: int) -> None:
+        """Mark every id in [lo, hi] consumed."""
+        if hi <= self.head:
+            return
+        lo = max(lo, self.head + 1)
+        self.dirty = True
+        if lo == self.head + 1:
+            self.head = hi
+            done = self.done
+            if done:
+                self.done = done = {i for i in done if i > hi}
+                while self.head + 1 in done:
+                    self.head += 1
+                    done.discard(self.head)
+        else:
+            self.done.update(range(lo, hi + 1))
+
+    # --- flushing and expiry ------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Drop every queued item; open reads stay open."""
+        for item in self.memory.items:
+            self.commit(item.id)
+        if self.rb is not None and self.journal is not None:
+            self.commit_range(self.rb.next_id, self.journal.last_id)
+        self.memory.items.clear()
+        self.mem_bytes = 0
+        self.items = 0
+        self.bytes = 0
+        self.rb = None
+        self.total_flushes += 1
+
+    def discard_expired(self, now: int, limit: int | None = None) -> int:
+        """Discard expired items at the head (at most ``limit``); returns how many."""
+        max_age = self.config.max_age
+        memory = self.memory.items
+        count = 0
+        while limit is None or count < limit:
+            if not memory:
+                if self.rb is None or not self._refill():
+                    break
+            item = memory[0]
+            if not item.expired(now, max_age):
+                break
+            memory.popleft()
+            self.mem_bytes -= len(item.data)
+            self._expire(item)
+            count += 1
+        return count
+
+    def _expire(self, item: QueueItem) -> None:
+        self.items -= 1
+        self.bytes -= len(item.data)
+        self.expired_items += 1
+        self.commit(item.id)
+        self._forward_expired(item)
+
+    def _forward_expired(self, item: QueueItem) -> None:
+        if self.on_expired is not None and self.config.expire_to_queue:
+            self.on_expired(self, item)
+
+    def expired_open_reads(self, now_mono: float) -> list[OpenRead]:
+        timeout = self.config.open_transaction_timeout
+        if not timeout or not self.open_reads:
+            return []
+        limit = now_mono - timeout / 1000
+        return [r for r in self.open_reads.values() if r.opened_at <= limit]
+
+    # --- read-behind --------------------------------------------------------------------
+
+    def _refill(self) -> bool:
+        """Load items from the journal into memory; False when nothing could be loaded."""
+        rb = self.rb
+        journal = self.journal
+        if rb is None or journal is None:
+            self.rb = None
+            return False
+        loaded = 0
+        head, done = self.head, self.done
+        memory = self.memory.items
+        max_mem = self.config.max_memory_size
+        while self.rb is not None and loaded < REFILL_CHUNK and (self.mem_bytes < max_mem or not memory):
+            seg = rb.segment
+            puts, offset, problem = journal.read(seg, rb.offset, REFILL_CHUNK - loaded)
+            for p in puts:
+                id_ = p.id
+                if id_ < rb.next_id or id_ <= head or id_ in done:
+                    continue
+                if memory and self.mem_bytes + p.size > max_mem:
+                    # Full: resume at this record next time.
+                    offset, problem = p.offset, None
+                    break
+                memory.append(QueueItem(id_, p.add_time, p.expire_time, p.error_count, p.data))  # type: ignore[arg-type]
+                self.mem_bytes += p.size
+                loaded += p.size + 1
+                rb.next_id = id_ + 1
+            else:
+                rb.offset = offset
+                if problem is not None:
+                    self._skip_damage(seg, problem)
+                    continue
+                if not puts:
+                    nxt = journal.following(seg)
+                    if nxt is None:
+                        # Caught up with the writer: back to memory-only mode.
+                        if offset >= seg.size:
+                            self.rb = None
+                            self._resync_counts()
+                        break
+                    rb.segment, rb.offset = nxt, MAGIC_SIZE
+                continue
+            rb.offset = offset
+            break
+        return loaded > 0
+
+    def _skip_damage(self, seg: Segment, problem: str) -> None:
+        """Damage inside a segment: skip to the next one, counting its lost ids as done."""
+        journal = self.journal
+        assert journal is not None and self.rb is not None
+        nxt = journal.following(seg)
+        log.warning("journal_damage_skipped", queue=self.full_name, path=seg.path, problem=problem)
+        if nxt is None:
+            lost_hi = journal.last_id
+            self.rb = None
+        else:
+            lost_hi = (nxt.first_id - 1) if nxt.first_id else journal.last_id
+            self.rb.segment, self.rb.offset = nxt, MAGIC_SIZE
+        lo = self.rb.next_id if self.rb is not None else self.head + 1
+        if lost_hi >= lo:
+            lost = sum(1 for i in range(lo, lost_hi + 1) if i not in self.done)
+            self.items = max(0, self.items - lost)
+            self.commit_range(lo, lost_hi)
+            if self.rb is not None:
+                self.rb.next_id = lost_hi + 1
+        if self.rb is None:
+            self._resync_counts()
+
+    def _resync_counts(self) -> None:
+        """Out of read-behind: memory holds everything, so the counts are exact again."""
+        self.items = len(self.memory.items)
+        self.bytes = self.mem_bytes
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def checkpoint_state(self) -> tuple[int, list[int]]:
+        return self.head, sorted(self.done)
+
+    def close(self) -> None:
+        """The reader is gone: wake its waiters empty-handed."""
+        self.deleted = True
+        self.memory.wake_all()
+
+    def stats(self) -> dict[str, int]:
+        journal = self.journal
+        return {
+            "items": self.items,
+            "bytes": self.bytes,
+            "total_items": self.total_items,
+            "logsize": journal.total_size if journal else 0,
+            "expired_items": self.expired_items,
+            "mem_items": len(self.memory.items),
+            "mem_bytes": self.mem_bytes,
+            "age": self.age,
+            "discarded": self.discarded,
+            "waiters": self.memory.live_waiters(),
+            "open_transactions": len(self.open_reads),
+            "transactions": self.transactions,
+            "canceled_transactions": self.canceled_transactions,
+            "total_flushes": self.total_flushes,
+            "journal_rewrites": 0,
+            "journal_rotations": journal.rotations if journal else 0,
+        }
