@@ -397,7 +397,8 @@ def test_truncated_last_record_of_the_last_file_is_dropped_and_reported(tmp_path
     assert datas(result) == [b"a"]
     [problem] = result.problems
     assert problem.offset == 22 and problem.dropped_bytes == len(whole) - 3 - 22
-    assert str(problem).startswith("q at offset 22: ADDX at offset 22 declares")
+    assert str(problem).startswith("q: ADDX at offset 22 declares")
+    assert str(problem).endswith(f"; {problem.dropped_bytes} bytes dropped")
 
 
 def test_replay_without_data_reads_items_through_item_data(tmp_path) -> None:

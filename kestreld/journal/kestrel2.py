@@ -319,9 +319,13 @@ class Problem:
     dropped_bytes: int = 0
 
     def __str__(self) -> str:
-        text = f"{os.path.basename(self.path)} at offset {self.offset}: {self.message}"
+        """``file at offset N: message; K bytes dropped`` (the offset once)."""
+        where = os.path.basename(self.path)
+        if f"offset {self.offset}" not in self.message:
+            where += f" at offset {self.offset}"
+        text = f"{where}: {self.message}"
         if self.dropped_bytes:
-            text += f" ({self.dropped_bytes} bytes dropped)"
+            text += f"; {self.dropped_bytes} bytes dropped"
         return text
 
 

@@ -28,6 +28,7 @@ import argparse
 import bisect
 import hashlib
 import os
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -172,73 +173,85 @@ def _too_large(result: ReplayResult) -> tuple[list[Kestrel2Item], list[Problem]]
 
 
 @dataclass(slots=True)
-class _Entry:
-    """One item of the new journal and the readers whose old journal held it."""
+class MergedJournal:
+    """The one item order of a queue's new journal (ids 1, 2, 3 ... in list order).
 
-    item: Kestrel2Item
-    readers: set[str]
+    ``holders[i]`` has bit ``bits[reader]`` set when that reader's old journal
+    held ``items[i]`` (``""`` is the parent's default reader).
+    """
+
+    items: list[Kestrel2Item]
+    holders: list[int]
+    bits: dict[str, int]
 
 
-def _key(item: Kestrel2Item, data: ItemData) -> tuple[int, int, bytes]:
-    return item.add_time, item.size, hashlib.blake2b(data(item), digest_size=16).digest()
+def _key(item: Kestrel2Item, data: ItemData) -> bytes:
+    h = hashlib.blake2b(struct.pack("<qq", item.add_time, item.size), digest_size=16)
+    h.update(data(item))
+    return h.digest()
 
 
-def merge_readers(readers: dict[str, list[Kestrel2Item]], data: ItemData) -> list[_Entry]:
-    """One item order for every reader (``""`` is the parent's default reader).
+def merge_readers(readers: dict[str, list[Kestrel2Item]], data: ItemData) -> MergedJournal:
+    """One item order serving every reader (``readers[""]`` is the parent's items).
 
     Each child is aligned against the order built so far, from the tail
     backwards (readers consumed different prefixes of the same puts): a child
-    item matches the latest unmatched equal item (data and add time) before
-    the previous match; child-only items go just before the next matched
-    one.  An item equal to one out of order is still written once (that
-    reader then sees it in the shared order).
+    item matches the latest unmatched equal item (same data and add time)
+    before the previous match; child-only items go just before the next
+    matched one.  An equal item found only out of order is still written once
+    (that reader then sees it in the shared order).
     """
-    entries = [_Entry(item, {""}) for item in readers.get("", [])]
-    children = sorted(r for r in readers if r)
-    if not children:
-        return entries
-    keys = [_key(e.item, data) for e in entries]
-    for child in children:
-        index: dict[tuple[int, int, bytes], list[int]] = {}
+    names = ["", *sorted(r for r in readers if r)]
+    bits = {name: 1 << n for n, name in enumerate(names)}
+    items = list(readers.get("", []))
+    holders = [1] * len(items)
+    if len(names) == 1:
+        return MergedJournal(items, holders, bits)
+    keys = [_key(item, data) for item in items]
+    for child in names[1:]:
+        bit = bits[child]
+        index: dict[bytes, list[int]] = {}
         for pos, key in enumerate(keys):
             index.setdefault(key, []).append(pos)
-        before: list[list[tuple[_Entry, tuple[int, int, bytes]]]] = [
-            [] for _ in range(len(entries) + 1)
-        ]
-        anchor = len(entries)
+        before: dict[int, list[tuple[Kestrel2Item, bytes]]] = {}  # insertions, newest first
+        anchor = len(items)
         for item in reversed(readers[child]):
             key = _key(item, data)
             positions = index.get(key)
             if positions:
                 i = bisect.bisect_left(positions, anchor)
                 pos = positions.pop(i - 1) if i else positions.pop()
-                entries[pos].readers.add(child)
+                holders[pos] |= bit
                 anchor = min(anchor, pos)
             else:
-                before[anchor].append((_Entry(item, {child}), key))
-        merged: list[_Entry] = []
-        merged_keys: list[tuple[int, int, bytes]] = []
-        for pos in range(len(entries) + 1):
-            for entry, key in reversed(before[pos]):
-                merged.append(entry)
+                before.setdefault(anchor, []).append((item, key))
+        if not before:
+            continue
+        merged_items: list[Kestrel2Item] = []
+        merged_holders: list[int] = []
+        merged_keys: list[bytes] = []
+        for pos in range(len(items) + 1):
+            for item, key in reversed(before.get(pos, ())):
+                merged_items.append(item)
+                merged_holders.append(bit)
                 merged_keys.append(key)
-            if pos < len(entries):
-                merged.append(entries[pos])
+            if pos < len(items):
+                merged_items.append(items[pos])
+                merged_holders.append(holders[pos])
                 merged_keys.append(keys[pos])
-        entries, keys = merged, merged_keys
-    return entries
+        items, holders, keys = merged_items, merged_holders, merged_keys
+    return MergedJournal(items, holders, bits)
 
 
-def reader_checkpoint(entries: list[_Entry], reader: str) -> tuple[int, list[int]]:
-    """(head, done ids) for ``reader`` when ``entries`` get ids 1, 2, 3 ...
-
-    The items the reader's old journal did not hold count as consumed: a
-    leading run of them is the head, the others the done set.
+def reader_checkpoint(journal: MergedJournal, reader: str) -> tuple[int, list[int]]:
+    """(head, done ids) for ``reader``: the items its old journal did not hold count as
+    consumed; a leading run of them is the head, the others the done set.
     """
+    bit = journal.bits[reader]
     head = 0
     done: list[int] = []
-    for id_, entry in enumerate(entries, 1):
-        if reader in entry.readers:
+    for id_, holders in enumerate(journal.holders, 1):
+        if holders & bit:
             continue
         if head == id_ - 1:
             head = id_
@@ -274,19 +287,18 @@ def _fsync_dir(folder: str) -> None:
 def write_queue(
     new_dir: str,
     queue: str,
-    readers: dict[str, list[Kestrel2Item]],
+    journal: MergedJournal,
     *,
     stamp: int,
     data: ItemData,
     progress: Callable[[int], None] | None = None,
 ) -> WrittenQueue:
-    """Write one queue's segments and checkpoints; all of them or none.
+    """Write one queue's segments and a checkpoint per reader; all of them or none.
 
     Every file is written and fsynced under a ``~~`` name, then renamed; a
     failure removes whatever this call created and re-raises.  ``progress``
     is called with the item bytes written so far.
     """
-    entries = merge_readers(readers, data)
     temps: list[str] = []
     finals: list[str] = []
     renamed: list[str] = []
@@ -294,8 +306,7 @@ def write_queue(
     try:
         out = None
         size = 0
-        for id_, entry in enumerate(entries, 1):
-            item = entry.item
+        for id_, item in enumerate(journal.items, 1):
             payload = data(item)
             header = codec.put_header(id_, item.add_time, len(payload), item.expire_time or 0)
             if out is None or (
@@ -324,8 +335,8 @@ def write_queue(
             out = None
         segments = list(finals)
         checkpoints: list[str] = []
-        for reader in sorted(readers):
-            head, done = reader_checkpoint(entries, reader)
+        for reader in sorted(journal.bits):
+            head, done = reader_checkpoint(journal, reader)
             final = os.path.join(new_dir, checkpoint_name(queue, reader))
             finals.append(final)
             checkpoints.append(final)
@@ -346,7 +357,7 @@ def write_queue(
             except OSError:
                 pass
         raise
-    return WrittenQueue(queue, segments, checkpoints, len(entries), done_bytes)
+    return WrittenQueue(queue, segments, checkpoints, len(journal.items), done_bytes)
 
 
 # --- the command ----------------------------------------------------------------------
@@ -500,19 +511,27 @@ def import_kestrel2(
         return report
 
     os.makedirs(new_dir, exist_ok=True)
-    total_bytes = sum(sum(i.size for i in q.items) for q in report.replays.values())
-    wbar = ProgressBar("writing", total_bytes, err, progress_min_bytes)
-    written_bytes = 0
     with ItemData() as data:
-        for parent in sorted(plan.groups):
-            readers = {"": report.replays[parent].items}
-            for child in plan.groups[parent]:
-                readers[child] = report.replays[f"{parent}+{child}"].items
+        try:
+            journals = {}
+            for parent in sorted(plan.groups):
+                readers = {"": report.replays[parent].items}
+                for child in plan.groups[parent]:
+                    readers[child] = report.replays[f"{parent}+{child}"].items
+                journals[parent] = merge_readers(readers, data)
+        except (OSError, ValueError) as e:
+            print(f"import-kestrel2: reading the old journals failed: {e}", file=err)
+            report.exit_code = 1
+            return report
+        total_bytes = sum(i.size for j in journals.values() for i in j.items)
+        wbar = ProgressBar("writing", total_bytes, err, progress_min_bytes)
+        written_bytes = 0
+        for parent, journal in journals.items():
             try:
                 written = write_queue(
                     new_dir,
                     parent,
-                    readers,
+                    journal,
                     stamp=import_time,
                     data=data,
                     progress=lambda n, base=written_bytes: wbar.update(base + n),
