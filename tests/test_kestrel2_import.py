@@ -496,3 +496,43 @@ def test_kestreld_cli_runs_the_import(tmp_path, capsys) -> None:
     write_journal(old, "q", addx(b"a", T))
     assert cli.main(["journal", "import-kestrel2", str(old), str(new)]) == 0
     assert served(new, "q") == [b"a"]
+
+
+# --- the real server on an imported folder --------------------------------------------
+
+
+def drain(client, queue: str) -> list[bytes]:
+    items = []
+    while (value := client.get(queue)) is not None:
+        items.append(value)
+    return items
+
+
+def test_server_serves_imported_queues_and_fanout_readers(tmp_path, capsys, make_server) -> None:
+    old, new = tmp_path / "old", tmp_path / "imported"
+    old.mkdir()
+    future = 4_000_000_000_000  # year 2096
+    stream = [addx(b"m%d" % i, T + i) for i in range(5)]
+    write_journal(old, "jobs.100", *stream[:3])
+    write_journal(
+        old,
+        "jobs",
+        *stream[3:],
+        addx(b"expired", T + 10, T + 11),
+        addx(b"later", T + 12, future),
+        remove(),  # m0
+        remove_tentative(),  # m1: open at the end, back at the head
+    )
+    write_journal(old, "jobs+audit", *stream, addx(b"audit-only", T + 20), remove(), remove())
+    write_journal(old, "plain", add(b"legacy"), add(b"x" * 5000))
+    code, _, _ = run(capsys, old, new)
+    assert code == 0
+
+    srv = make_server(queue_path=new)
+    client = srv.client()
+    assert drain(client, "jobs") == [b"m1", b"m2", b"m3", b"m4", b"later"]
+    assert drain(client, "jobs+audit") == [b"m2", b"m3", b"m4", b"audit-only"]
+    assert drain(client, "plain") == [b"legacy", b"x" * 5000]
+    client.set("jobs", b"new")
+    assert client.get("jobs") == b"new"
+    assert client.get("jobs+audit") == b"new"
