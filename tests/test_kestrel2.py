@@ -428,3 +428,13 @@ def test_large_journals_replay_in_batches_with_the_same_result(tmp_path, count) 
     ops = [addx(str(i).encode(), T + i) for i in range(count)] + [remove()] * (count // 2)
     result = replay_ops(tmp_path, *ops)
     assert datas(result) == [str(i).encode() for i in range(count // 2, count)]
+
+
+def test_a_file_that_cannot_be_opened_is_a_fault_and_replay_goes_on(tmp_path) -> None:
+    live = write_journal(tmp_path, "q", addx(b"a", T))
+    missing = str(tmp_path / "q.100")
+    result = replay([missing, live], import_time_ms=IMPORT_TIME)
+    assert datas(result) == [b"a"]
+    [problem] = result.problems
+    assert (problem.path, problem.offset) == (missing, 0)
+    assert problem.message.startswith("cannot read the file:")

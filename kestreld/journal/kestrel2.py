@@ -489,7 +489,8 @@ def replay(
     expiry time (Kestrel journalled the removals it made).
 
     A fault keeps every operation before it, is reported with file and
-    offset, and replay goes on with the next file.  ``progress`` is called
+    offset, and replay goes on with the next file (a file that cannot be
+    opened is a fault at offset 0).  ``progress`` is called
     with the number of file bytes replayed so far.
     """
     state = _QueueState(import_time_ms)
@@ -497,7 +498,12 @@ def replay(
     n_ops = 0
     done_bytes = 0
     for path in paths:
-        buf, release = _map(path)
+        try:
+            buf, release = _map(path)
+        except OSError as e:
+            problems.append(Problem(path, 0, f"cannot read the file: {e.strerror or e}"))
+            state.pending_xid = None
+            continue
         try:
             pos = 0
             while True:

@@ -319,7 +319,7 @@ def write_queue(
                 final = os.path.join(new_dir, segment_name(queue, stamp + len(finals)))
                 finals.append(final)
                 temps.append(final + TEMP_SUFFIX)
-                out = open(temps[-1], "wb")  # noqa: SIM115 - closed above or in finally
+                out = open(temps[-1], "wb")  # closed on rotation, below, or on failure
                 out.write(codec.WRITER_MAGIC)
                 size = codec.MAGIC_SIZE
             out.write(header)
@@ -377,7 +377,10 @@ def _plan(old_dir: str, new_dir: str, queues: list[str] | None) -> _Plan:
         raise ImportRefused("NEW_DIR must not be OLD_DIR (old and new file names can collide)")
     if os.path.exists(new_dir) and not os.path.isdir(new_dir):
         raise ImportRefused(f"{new_dir} is not a folder")
-    folder = scan_kestrel2_folder(old_dir)
+    try:
+        folder = scan_kestrel2_folder(old_dir)
+    except OSError as e:
+        raise ImportRefused(f"cannot list {old_dir}: {e.strerror or e}") from e
     groups: dict[str, list[str]] = {}
     for name in folder.queues:
         split = split_queue_name(name)
@@ -412,6 +415,13 @@ def _plan(old_dir: str, new_dir: str, queues: list[str] | None) -> _Plan:
                 "nothing was written (remove them or import into another folder)"
             )
     return _Plan(folder, groups)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def print_summary(report: ImportReport, out: TextIO) -> None:
@@ -480,7 +490,7 @@ def import_kestrel2(
     files_of = plan.folder.queues
 
     names = sorted({*plan.groups, *(f"{p}+{c}" for p, cs in plan.groups.items() for c in cs)})
-    total = sum(os.path.getsize(path) for name in names for path in files_of.get(name, []))
+    total = sum(_file_size(path) for name in names for path in files_of.get(name, []))
     bar = ProgressBar("replaying", total, err, progress_min_bytes)
     done = 0
     for name in names:
