@@ -458,3 +458,13 @@ def test_ids_continue_after_every_segment_is_gone(make_server):
     Conn(srv.connect()).set("g", "next")
     srv.stop()
     assert [p.id for p in read_puts(srv.queue_path, "g")] == [61]
+
+
+def test_kestrel2_fanout_child_journal_also_refuses_start(make_server, tmp_path):
+    folder = tmp_path / "old2"
+    folder.mkdir()
+    (folder / "jobs+audit").write_bytes(b"\x01")
+    srv = make_server(queue_path=folder, start=False)
+    with pytest.raises(RuntimeError) as e:
+        srv.start()
+    assert "jobs+audit" in str(e.value)

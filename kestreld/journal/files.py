@@ -94,7 +94,12 @@ def scan_folder(path: str) -> FolderScan:
             continue
         queue, dot, rest = name.partition(".")
         if not is_legal_name(queue):
-            unknown.append(full)
+            # Native files never hold a "+", but Kestrel 2.x fanout children do
+            # ("jobs+audit", "jobs+audit.100"): those must stop the server too.
+            if split_queue_name(queue) is not None and (not dot or rest.isdigit() or rest.endswith(".pack")):
+                kestrel2.append(full)
+            else:
+                unknown.append(full)
             continue
         if not dot:
             # A bare queue name is the live file of a Kestrel 2.x journal.

@@ -214,7 +214,11 @@ class MemcacheConnection(asyncio.Protocol):
                     name = args[0].lower().decode("ascii", "replace")[:40]
                     self.out.append(_client_error(f"unknown command {name}"))
                     continue
-            handler(self, args)
+            try:
+                handler(self, args)
+            except Exception as e:  # a bug must cost one request, not the connection
+                log.exception("command_failed", peer=self.peer, command=args[0][:40].decode("ascii", "replace"))
+                self.out.append(_server_error(f"internal error: {type(e).__name__}"))
             if self.out_size > OUTPUT_FLUSH_SIZE:
                 self.flush_out()  # may pause us (pause_writing) before the next request
             if self.skip:
