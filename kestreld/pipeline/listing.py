@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from kestreld.journal.codec import MAGIC_SIZE, READER_MAGIC, WRITER_MAGIC
 from kestreld.journal.files import TEMP_MARK, scan_folder, split_queue_name
 
 
-class FileKind(str, Enum):
+class FileKind(StrEnum):
     SEGMENT = "segment"
     CHECKPOINT = "checkpoint"
     KESTREL2 = "kestrel2"
@@ -154,7 +154,14 @@ def list_journal_files(paths: list[str], archive_path: str | None = None) -> Lis
             seen.size = max(seen.size, jf.size)
     kind_rank = {FileKind.SEGMENT: 0, FileKind.CHECKPOINT: 1, FileKind.KESTREL2: 2}
     position = {id(jf): i for i, jf in enumerate(order)}
-    order.sort(key=lambda jf: (jf.queue, kind_rank[jf.kind], jf.stamp if jf.kind is FileKind.SEGMENT else 0, position[id(jf)]))
+    order.sort(
+        key=lambda jf: (
+            jf.queue,
+            kind_rank[jf.kind],
+            jf.stamp if jf.kind is FileKind.SEGMENT else 0,
+            position[id(jf)],
+        )
+    )
     listing.files = order
     return listing
 

@@ -47,9 +47,18 @@ if TYPE_CHECKING:
 SOURCE_NAME = "kestrel_journal"
 
 
+def option(options: Mapping[str, str], key: str) -> str | None:
+    """An option by case-insensitive name (Spark lower-cases option names)."""
+    value = options.get(key)
+    if value is None:
+        wanted = key.lower()
+        value = next((v for k, v in options.items() if k.lower() == wanted), None)
+    return value
+
+
 def option_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
     """A boolean option (``true``/``false``, case-insensitive)."""
-    value = options.get(key)
+    value = option(options, key)
     if value is None:
         return default
     return str(value).strip().lower() in ("true", "1", "yes", "on")
@@ -58,15 +67,16 @@ def option_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
 def option_paths(options: Mapping[str, str]) -> list[str]:
     """The paths given to ``load``: ``path`` (one) or ``paths`` (a JSON list, several)."""
     paths: list[str] = []
-    raw = options.get("paths")
+    raw = option(options, "paths")
     if raw:
         try:
             value = json.loads(raw)
         except ValueError:
             value = [raw]
         paths.extend(value if isinstance(value, list) else [str(value)])
-    if options.get("path"):
-        paths.append(options["path"])
+    single = option(options, "path")
+    if single:
+        paths.append(single)
     if not paths:
         raise ValueError("kestrel_journal: give a queue folder or journal files to load()")
     return paths
@@ -77,7 +87,9 @@ class FilesPartition(InputPartition):
     """Whole files read by one task, plus problems found while listing."""
 
     files: list[JournalFile]
-    problems: list[tuple[str, str, int, str]] = field(default_factory=list)  # queue, name, offset, why
+    problems: list[tuple[str, str, int, str]] = field(
+        default_factory=list
+    )  # queue, name, offset, why
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
@@ -94,23 +106,23 @@ class KestrelJournalDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KestrelJournalReader(dict(self.options))
+        return KestrelJournalReader(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from kestreld.pipeline.stream import KestrelJournalStreamReader
 
-        return KestrelJournalStreamReader(dict(self.options))
+        return KestrelJournalStreamReader(self.options)
 
 
 class KestrelJournalReader(DataSourceReader):
     """Batch reader: lists files on the driver, decodes them in tasks."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         self.paths = option_paths(options)
-        self.archive_path = options.get("archivePath") or None
+        self.archive_path = option(options, "archivePath") or None
         self.include_data = option_bool(options, "includeData", True)
         self.kestrel_2_0 = option_bool(options, "kestrel20", False)
-        self.partition_bytes = int(options.get("partitionBytes") or 32 << 20)
+        self.partition_bytes = int(option(options, "partitionBytes") or 32 << 20)
 
     def partitions(self) -> list[InputPartition]:
         listing = list_journal_files(self.paths, self.archive_path)

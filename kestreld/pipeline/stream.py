@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from kestreld.journal import codec
 from kestreld.journal.files import scan_folder
 from kestreld.pipeline.columnar import read_segment
 from kestreld.pipeline.listing import FileKind, JournalFile
-from kestreld.pipeline.source import option_bool, option_paths
+from kestreld.pipeline.source import option, option_bool, option_paths
 
 try:  # PySpark >= 4.1
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -69,14 +69,14 @@ def _stamp(name: str) -> int:
 class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of the PUT records appended to a queue folder's segments."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str]) -> None:
         paths = option_paths(options)
         if len(paths) != 1 or not os.path.isdir(paths[0]):
             raise ValueError("kestrel_journal streaming: load() one queue folder")
         self.folder = paths[0]
-        self.archive_path = options.get("archivePath") or None
+        self.archive_path = option(options, "archivePath") or None
         self.include_data = option_bool(options, "includeData", True)
-        self.starting = (options.get("startingOffsets") or "earliest").lower()
+        self.starting = (option(options, "startingOffsets") or "earliest").lower()
         if self.starting not in ("earliest", "latest"):
             raise ValueError("startingOffsets must be 'earliest' or 'latest'")
         # segment name -> a position known to be a record boundary (content before

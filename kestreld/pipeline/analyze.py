@@ -1,0 +1,268 @@
+"""``kestreld analyze SOURCE --out DIR``: queue statistics from journals, with Spark.
+
+Reads a queue folder (live or archive), journal files, or Kestrel 2.x
+journals through the ``kestrel_journal`` data source and writes, in ``DIR``:
+
+- ``per_minute``, ``consumer_lag``, ``error_counts``, ``id_gaps``: each as
+  ``<name>.parquet`` (one file) and ``<name>.csv`` (header row);
+- ``summary.json``; ``throughput.png``, ``sizes.png``, ``lag.png``.
+
+The output contract is /work/shared/reference/pipeline.md; the column
+definitions are in :mod:`kestreld.pipeline.tables`.  ``--since``/``--until``
+keep items added in ``[since, until)`` for every table except
+``consumer_lag``, which always describes the readers' current state over
+every item; its ages are measured at ``--until`` when given, else at
+``generated_at``.  Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+TABLES = ("per_minute", "consumer_lag", "error_counts", "id_gaps")
+
+
+def parse_time(text: str) -> int:
+    """A time bound in ms since the epoch, from ISO-8601 (UTC unless it says
+    otherwise; ``Z`` allowed; a date alone is midnight) or epoch seconds / ms
+    (numbers above 10^11 are ms)."""
+    value = text.strip()
+    try:
+        number = float(value)
+    except ValueError:
+        pass
+    else:
+        return int(number if number > 1e11 else number * 1000)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (use ISO-8601 like 2026-11-21T14:05:00Z, or epoch ms)"
+        ) from e
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """``2026-11-21T14:05:00.123Z`` (UTC, milliseconds), or None."""
+    if ms is None:
+        return None
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kestreld analyze",
+        description="Queue statistics from kestreld journals (or Kestrel 2.x journals) with Spark.",
+    )
+    p.add_argument(
+        "source", nargs="+", metavar="SOURCE", help="queue folder, archive folder or journal files"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument(
+        "--master", default=None, help="Spark master URL (default local[*]; e.g. spark://host:7077)"
+    )
+    p.add_argument("--since", type=parse_time, metavar="T", help="only items added at or after T")
+    p.add_argument("--until", type=parse_time, metavar="T", help="only items added before T")
+    p.add_argument(
+        "--archive", metavar="DIR", help="the server's archive_path: archived segments are read too"
+    )
+    p.add_argument(
+        "--kestrel-2.0",
+        dest="kestrel_2_0",
+        action="store_true",
+        help="read 2.x opcode 8 as Kestrel 2.0's STATE_DUMP",
+    )
+    return p
+
+
+class Progress:
+    """Progress lines on stderr, with the elapsed time."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        print(
+            f"analyze [{time.monotonic() - self.started:6.1f}s] {message}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def write_table(table: pa.Table, out: str, name: str) -> None:
+    """``<name>.parquet`` (one file) and ``<name>.csv`` (header row, nulls empty)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, os.path.join(out, f"{name}.parquet"))
+    # ArrowDtype keeps integer columns with nulls as integers (not 1.0).
+    table.to_pandas(types_mapper=pd.ArrowDtype).to_csv(
+        os.path.join(out, f"{name}.csv"), index=False
+    )
+
+
+def _arrow(df: DataFrame) -> pa.Table:
+    table = df.toArrow()
+    # Spark may hand strings back as large_string; the files use plain string.
+    import pyarrow as pa
+
+    fields = [
+        pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type, f.nullable)
+        for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))
+
+
+def _problems(rows: DataFrame, names: dict[str, str], sources: list[str]) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    from kestreld.pipeline.schema import OP_PROBLEM
+
+    found = (
+        rows.filter(F.col("op") == OP_PROBLEM)
+        .select("queue", "segment", "offset", "data")
+        .collect()
+    )
+    problems = []
+    for row in found:
+        path = names.get(row["segment"]) or os.path.join(sources[0], row["segment"])
+        problems.append(
+            {
+                "path": path,
+                "offset": row["offset"],
+                "queue": row["queue"] or None,
+                "problem": bytes(row["data"] or b"").decode("utf-8", "replace"),
+            }
+        )
+    problems.sort(key=lambda p: (p["path"], p["offset"]))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    progress = Progress()
+    sources = [os.path.abspath(s) for s in args.source]
+    missing = [s for s in sources if not os.path.exists(s)]
+    if missing:
+        print(f"kestreld analyze: no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print(
+            "kestreld analyze needs Spark: pip install 'kestreld[spark]' (and Java 17+)",
+            file=sys.stderr,
+        )
+        return 2
+    from pyspark.sql import SparkSession
+
+    from kestreld.pipeline import charts, tables
+    from kestreld.pipeline.listing import list_journal_files
+    from kestreld.pipeline.session import is_local, spark_session
+
+    os.makedirs(args.out, exist_ok=True)
+    listing = list_journal_files(sources, args.archive)
+    progress(f"{len(listing.files)} journal files under {', '.join(sources)}")
+    names = {jf.name: jf.paths[0] for jf in listing.files}
+    names.update({os.path.basename(path): path for path, _, _ in listing.problems})
+
+    owned = SparkSession.getActiveSession() is None
+    master = args.master or "local[*]"
+    conf = {"spark.sql.shuffle.partitions": "8"} if is_local(master) else {}
+    progress(f"starting Spark ({master})" if owned else "using the running Spark session")
+    spark = spark_session(master, "kestreld analyze", conf)
+    if owned:
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        generated_ms = int(time.time() * 1000)
+        as_of_ms = args.until if args.until is not None else generated_ms
+        reader = spark.read.format("kestrel_journal").option("includeData", "false")
+        if args.archive:
+            reader = reader.option("archivePath", os.path.abspath(args.archive))
+        if args.kestrel_2_0:
+            reader = reader.option("kestrel20", "true")
+        rows = reader.load(sources if len(sources) > 1 else sources[0]).persist()
+        progress("reading journals")
+        all_items = tables.items(rows).persist()
+        progress(f"{all_items.count()} items read")
+        window = tables.in_window(all_items, args.since, args.until)
+
+        results: dict[str, pa.Table] = {}
+        for name, df in (
+            ("per_minute", tables.per_minute(window)),
+            ("consumer_lag", tables.consumer_lag(rows, all_items, as_of_ms)),
+            ("error_counts", tables.error_counts(window)),
+            ("id_gaps", tables.id_gaps(window)),
+        ):
+            results[name] = _arrow(df)
+            write_table(results[name], args.out, name)
+            progress(f"wrote {name} ({results[name].num_rows} rows)")
+
+        totals = {r["queue"]: r for r in _arrow(tables.queue_totals(window)).to_pylist()}
+        all_queues = {r["queue"] for r in rows.select("queue").distinct().collect() if r["queue"]}
+        lag_rows = results["consumer_lag"].to_pylist()
+        queues: dict[str, Any] = {}
+        for queue in sorted(all_queues | set(totals)):
+            t = totals.get(queue, {})
+            queues[queue] = {
+                "items": t.get("items", 0),
+                "bytes": t.get("bytes", 0),
+                "first_add": iso_ms(t.get("first_add_ms")),
+                "last_add": iso_ms(t.get("last_add_ms")),
+                "readers": {
+                    r["reader"]: {
+                        "head": r["head"],
+                        "unread_items": r["unread_items"],
+                        "unread_bytes": r["unread_bytes"],
+                        "oldest_unread_age_ms": r["oldest_unread_age_ms"],
+                    }
+                    for r in lag_rows
+                    if r["queue"] == queue
+                },
+            }
+        problems = _problems(rows, names, sources)
+        gaps = results["id_gaps"]
+        summary = {
+            "source": sources[0] if len(sources) == 1 else sources,
+            "generated_at": iso_ms(generated_ms),
+            "since": iso_ms(args.since),
+            "until": iso_ms(args.until),
+            "lag_as_of": iso_ms(as_of_ms),
+            "queues": queues,
+            "id_gaps": gaps.num_rows,
+            "missing_ids": sum(gaps.column("missing").to_pylist()) if gaps.num_rows else 0,
+            "problems": problems,
+        }
+        with open(os.path.join(args.out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+            f.write("\n")
+        progress(f"wrote summary.json ({len(queues)} queues, {len(problems)} problems)")
+
+        charts.throughput(results["per_minute"], os.path.join(args.out, "throughput.png"))
+        charts.sizes(_arrow(tables.size_histogram(window)), os.path.join(args.out, "sizes.png"))
+        charts.lag(results["consumer_lag"], os.path.join(args.out, "lag.png"))
+        progress("wrote throughput.png, sizes.png, lag.png")
+        all_items.unpersist()
+        rows.unpersist()
+    finally:
+        if owned:
+            spark.stop()
+    progress(f"done: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
