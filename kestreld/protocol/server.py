@@ -261,14 +261,16 @@ def build_server_config(config_path: str | None, overrides: dict[str, Any]) -> S
 
 async def _main(config: ServerConfig, config_path: str | None, overrides: dict[str, Any]) -> int:
     server = Server(config, config_path, overrides)
+    # Handlers first: a SIGTERM right after "listening" (or during start-up) must
+    # still shut down gracefully, not kill the process with writes unsynced.
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_shutdown, sig.name)
     try:
         await server.start()
     except StartupError as e:
         log.error("startup_failed", error=str(e))
         return 1
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, server.request_shutdown, sig.name)
     await server.wait_stopped()
     return 0
 
