@@ -223,6 +223,18 @@ def scan(
     return ScanResult(records, pos, Status.MORE)
 
 
+def first_put_id(buf: bytes | bytearray | memoryview, pos: int = MAGIC_SIZE) -> int | None:
+    """The id of a PUT whose header starts at ``pos``, read from the header alone.
+
+    None when ``buf`` does not start with a whole PUT header there.  Lets a
+    writer learn a segment's first id without reading its data.
+    """
+    if len(buf) >= pos + _PUT6.size and buf[pos] in (0x86, 0x88):
+        id_ = _I64.unpack_from(buf, pos + 9)[0]
+        return id_ if id_ > 0 else None
+    return None
+
+
 @dataclass(slots=True)
 class DecodedFile:
     """Everything readable in one native file."""

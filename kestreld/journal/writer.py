@@ -146,13 +146,9 @@ class WriterJournal:
         for seg in self.segments[:-1]:
             with open(seg.path, "rb") as f:
                 head = f.read(codec.MAGIC_SIZE + codec.PUT_EXPIRY_HEADER_SIZE)
-            res = codec.scan(head, codec.MAGIC_SIZE, include_data=False, limit=1)
-            puts = [r for r in res.records if isinstance(r, codec.Put)]
-            if puts:
-                seg.first_id = puts[0].id
-            else:
-                # A first record bigger than the peek: scan with data skipped.
-                seg.first_id = self._first_id_slow(seg.path)
+            first = codec.first_put_id(head)
+            # Something other than a PUT first (unknown records): scan for it.
+            seg.first_id = first if first is not None else self._first_id_slow(seg.path)
         for i, seg in enumerate(self.segments[:-1]):
             nxt = next((s.first_id for s in self.segments[i + 1 :] if s.first_id), 0)
             if seg.first_id and nxt > seg.first_id:
@@ -434,10 +430,14 @@ class WriterJournal:
     # --- reading back (read-behind) ---------------------------------------------------
 
     def following(self, seg: Segment) -> Segment | None:
-        """The segment after ``seg`` (None if it is the newest or no longer known)."""
-        for i, s in enumerate(self.segments):
-            if s is seg:
-                return self.segments[i + 1] if i + 1 < len(self.segments) else None
+        """The segment after ``seg``; None only when ``seg`` is the newest.
+
+        Works for a segment already retired from the list, so a reader that
+        finished a dead segment moves on instead of believing it caught up.
+        """
+        for s in self.segments:
+            if s.stamp > seg.stamp:
+                return s
         return None
 
     def segment_for(self, id_: int) -> Segment | None:
