@@ -12,7 +12,7 @@ def test_python_memcached_enqueues_dequeues_and_reads_stats(server, qname):
     client = memcache.Client([f"127.0.0.1:{server.port}"])
     assert client.set(qname, "hello")
     assert client.set(qname, b"\r\nbinary\x00")
-    assert client.get(qname) == "hello"
+    assert client.get(qname) == b"hello"  # flags are always 0: bytes come back
     assert client.get(f"{qname}/open") == b"\r\nbinary\x00"
     assert client.get(f"{qname}/close") is None
     stats = dict(client.get_stats()[0][1])
