@@ -32,7 +32,9 @@ def _serve_parser() -> argparse.ArgumentParser:
         "'kestreld analyze', 'kestreld ping'.",
     )
     p.add_argument("--config", help="TOML config file (default: embedded defaults)")
-    p.add_argument("--listen", dest="listen_address", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--listen", dest="listen_address", help="address to listen on (default 127.0.0.1)"
+    )
     p.add_argument("--port", type=int, help="port to listen on (default 22133)")
     p.add_argument("--queue-path", dest="queue_path", help="queue folder (default ./queues)")
     p.add_argument("--log-format", dest="log_format", choices=["console", "json"])
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {
         k: v
         for k, v in vars(args).items()
-        if k in ("listen_address", "port", "queue_path", "log_format", "log_level") and v is not None
+        if k in ("listen_address", "port", "queue_path", "log_format", "log_level")
+        and v is not None
     }
     return run_server(args.config, overrides)
 

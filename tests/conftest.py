@@ -33,10 +33,18 @@ def server(tmp_path_factory):
 def make_server(tmp_path):
     started: list[KestreldProcess] = []
 
-    def factory(config: str | None = None, *, queue_path=None, args=None, start=True, env=None) -> KestreldProcess:
+    def factory(
+        config: str | None = None, *, queue_path=None, args=None, start=True, env=None
+    ) -> KestreldProcess:
         n = len(started)
         path = queue_path or tmp_path / f"queues{n}"
-        proc = KestreldProcess(path, config, args=args, config_path=tmp_path / f"kestreld{n}.conf" if config is not None else None, env=env)
+        proc = KestreldProcess(
+            path,
+            config,
+            args=args,
+            config_path=tmp_path / f"kestreld{n}.conf" if config is not None else None,
+            env=env,
+        )
         started.append(proc)
         return proc.start() if start else proc
 

@@ -46,7 +46,15 @@ class KestreldProcess:
     # --- life cycle ---------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "kestreld", "--queue-path", str(self.queue_path), "--port", str(self.port or 0)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "kestreld",
+            "--queue-path",
+            str(self.queue_path),
+            "--port",
+            str(self.port or 0),
+        ]
         cmd += ["--log-format", "json"]
         if self.config_path is not None:
             cmd += ["--config", str(self.config_path)]
@@ -69,7 +77,10 @@ class KestreldProcess:
         while not self._listening.wait(0.05):
             if self.proc.poll() is not None:
                 self._reader.join(2)
-                raise RuntimeError(f"kestreld exited with {self.proc.returncode}:\n" + "\n".join(self.log_lines[-30:]))
+                raise RuntimeError(
+                    f"kestreld exited with {self.proc.returncode}:\n"
+                    + "\n".join(self.log_lines[-30:])
+                )
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError("kestreld did not start:\n" + "\n".join(self.log_lines[-30:]))

@@ -16,13 +16,30 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(1024, 1024), ("16MiB", 16 * 1024 * 1024), ("16MB", 16 * 1024 * 1024), ("4KiB", 4096), ("1GiB", 1 << 30), ("512", 512)],
+    [
+        (1024, 1024),
+        ("16MiB", 16 * 1024 * 1024),
+        ("16MB", 16 * 1024 * 1024),
+        ("4KiB", 4096),
+        ("1GiB", 1 << 30),
+        ("512", 512),
+    ],
 )
 def test_sizes_accept_bytes_and_units(value, expected):
     assert parse_size("k", value) == expected
 
 
-@pytest.mark.parametrize("value, expected", [(250, 250), ("100ms", 100), ("30s", 30_000), ("5m", 300_000), ("1h", 3_600_000), ("1d", 86_400_000)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (250, 250),
+        ("100ms", 100),
+        ("30s", 30_000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+        ("1d", 86_400_000),
+    ],
+)
 def test_durations_accept_ms_and_units(value, expected):
     assert parse_duration("k", value) == expected
 
@@ -49,7 +66,12 @@ def test_bad_values_name_the_key(doc, key):
 
 
 def test_fanout_reader_inherits_from_its_parent():
-    cfg = build_config({"max_items": 5, "queues": {"jobs": {"max_age": "30m"}, "jobs+audit": {"max_memory_size": "16MiB"}}})
+    cfg = build_config(
+        {
+            "max_items": 5,
+            "queues": {"jobs": {"max_age": "30m"}, "jobs+audit": {"max_memory_size": "16MiB"}},
+        }
+    )
     audit = cfg.queue("jobs+audit")
     assert (audit.max_items, audit.max_age, audit.max_memory_size) == (5, 1_800_000, 16 << 20)
     assert cfg.queue("jobs+other").max_age == 1_800_000
@@ -65,7 +87,17 @@ def test_bad_config_file_fails_at_start_up_naming_the_key(tmp_path):
     conf = tmp_path / "bad.conf"
     conf.write_text('max_memory_size = "lots"\n')
     proc = subprocess.run(
-        [sys.executable, "-m", "kestreld", "--config", str(conf), "--queue-path", str(tmp_path / "q"), "--port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "kestreld",
+            "--config",
+            str(conf),
+            "--queue-path",
+            str(tmp_path / "q"),
+            "--port",
+            "0",
+        ],
         capture_output=True,
         text=True,
         timeout=30,
@@ -75,7 +107,9 @@ def test_bad_config_file_fails_at_start_up_naming_the_key(tmp_path):
 
 
 def test_flags_override_the_config_file(make_server, tmp_path):
-    srv = make_server("port = 1\nqueue_path = '/nonexistent/never'\n")  # the fixture passes --port/--queue-path
+    srv = make_server(
+        "port = 1\nqueue_path = '/nonexistent/never'\n"
+    )  # the fixture passes --port/--queue-path
     assert Conn(srv.connect()).set("q", "x") == b"STORED"
     assert (srv.queue_path / ".lock").exists()
 
@@ -83,8 +117,12 @@ def test_flags_override_the_config_file(make_server, tmp_path):
 def test_reload_changes_queue_settings_live(make_server):
     srv = make_server("max_items = 2\n")
     c = Conn(srv.connect())
-    assert [c.set("q", "1"), c.set("q", "2"), c.set("q", "3")] == [b"STORED", b"STORED", b"NOT_STORED"]
-    srv.config_path.write_text("max_items = 5\n[queues.q]\nmax_age = \"1h\"\n")
+    assert [c.set("q", "1"), c.set("q", "2"), c.set("q", "3")] == [
+        b"STORED",
+        b"STORED",
+        b"NOT_STORED",
+    ]
+    srv.config_path.write_text('max_items = 5\n[queues.q]\nmax_age = "1h"\n')
     c.send("reload\r\n")
     assert c.line() == b"Reloaded config."
     assert c.set("q", "3") == b"STORED"

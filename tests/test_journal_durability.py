@@ -14,7 +14,11 @@ from kestreld.journal import codec
 
 def segments(folder, queue):
     return sorted(
-        (p for p in os.listdir(folder) if p.startswith(queue + ".") and p[len(queue) + 1 :].isdigit()),
+        (
+            p
+            for p in os.listdir(folder)
+            if p.startswith(queue + ".") and p[len(queue) + 1 :].isdigit()
+        ),
         key=lambda p: int(p.rsplit(".", 1)[1]),
     )
 
@@ -32,7 +36,9 @@ def read_puts(folder, queue):
 
 def test_writer_vector_from_libkestrel():
     vector = bytes.fromhex(
-        "27642603 86 05000000 01000000 6400000000000000 ff00000000000000 68656c6c6f".replace(" ", "")
+        "27642603 86 05000000 01000000 6400000000000000 ff00000000000000 68656c6c6f".replace(
+            " ", ""
+        )
     )
     assert codec.WRITER_MAGIC + codec.encode_put(100, 255, b"hello", error_count=1) == vector
     decoded = codec.decode_file(vector)
@@ -71,7 +77,9 @@ def test_put_with_expiry_uses_eight_header_words():
 
 
 def test_every_truncation_of_a_valid_file_is_detected():
-    data = codec.WRITER_MAGIC + b"".join(codec.encode_put(i, i * 10, b"x" * i, expire_time=i % 2 * 99) for i in range(1, 6))
+    data = codec.WRITER_MAGIC + b"".join(
+        codec.encode_put(i, i * 10, b"x" * i, expire_time=i % 2 * 99) for i in range(1, 6)
+    )
     ends = [4]
     for rec in codec.decode_file(data).records:
         ends.append(rec.offset + rec.length)
@@ -82,7 +90,12 @@ def test_every_truncation_of_a_valid_file_is_detected():
 
 
 def test_unknown_record_is_skipped():
-    data = codec.WRITER_MAGIC + bytes([0x31, 1, 2, 3, 4]) + bytes([0xA1, 2, 0, 0, 0, 9, 9]) + codec.encode_put(1, 1, b"ok")
+    data = (
+        codec.WRITER_MAGIC
+        + bytes([0x31, 1, 2, 3, 4])
+        + bytes([0xA1, 2, 0, 0, 0, 9, 9])
+        + codec.encode_put(1, 1, b"ok")
+    )
     decoded = codec.decode_file(data)
     assert decoded.problem is None
     assert [type(r).__name__ for r in decoded.records] == ["Unknown", "Unknown", "Put"]
@@ -199,7 +212,7 @@ def test_confirmed_items_do_not_come_back_after_checkpoint_and_crash(make_server
     c = Conn(srv.connect())
     for i in range(10):
         c.set("q", str(i))
-    for i in range(6):
+    for _ in range(6):
         c.get("q")
     time.sleep(0.5)
     srv.restart(crash=True)
@@ -232,7 +245,9 @@ def test_segments_rotate_and_dead_ones_are_deleted(make_server):
 
 def test_dead_segments_move_to_archive_path(make_server, tmp_path):
     archive = tmp_path / "archive"
-    srv = make_server(f'max_journal_size = "4KiB"\ncheckpoint_interval = "100ms"\narchive_path = "{archive}"\n')
+    srv = make_server(
+        f'max_journal_size = "4KiB"\ncheckpoint_interval = "100ms"\narchive_path = "{archive}"\n'
+    )
     c = Conn(srv.connect())
     for i in range(100):
         c.set("arc", f"{i:0100d}")
@@ -308,7 +323,12 @@ def test_read_behind_bounds_memory_and_drains_in_order(make_server):
     block = 64 * 1024
     n = 200 * 1024 * 1024 // block  # 200 MiB
     for start in range(0, n, 64):
-        c.send(b"".join(f"set big 0 0 {block}\r\n".encode() + i.to_bytes(4, "big") * (block // 4) + b"\r\n" for i in range(start, min(n, start + 64))))
+        c.send(
+            b"".join(
+                f"set big 0 0 {block}\r\n".encode() + i.to_bytes(4, "big") * (block // 4) + b"\r\n"
+                for i in range(start, min(n, start + 64))
+            )
+        )
         for _ in range(start, min(n, start + 64)):
             assert c.line() == b"STORED"
     grown = _rss_mib(srv.pid) - baseline
@@ -327,7 +347,12 @@ def test_restart_with_backlog_serves_first_item_without_reading_everything(make_
     srv = make_server('max_memory_size = "1MiB"\n')
     c = Conn(srv.connect())
     for i in range(0, 5000, 100):
-        c.send(b"".join(f"set b 0 0 1024\r\n".encode() + f"{j:08d}".encode() * 128 + b"\r\n" for j in range(i, i + 100)))
+        c.send(
+            b"".join(
+                b"set b 0 0 1024\r\n" + f"{j:08d}".encode() * 128 + b"\r\n"
+                for j in range(i, i + 100)
+            )
+        )
         for _ in range(100):
             c.line()
     srv.restart()

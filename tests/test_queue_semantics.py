@@ -199,7 +199,9 @@ def test_confirm_closes_oldest_open_reads(conn, qname):
     assert conn.line() == b"ERROR"
 
 
-@pytest.mark.parametrize("opts", ["peek/open", "peek/close", "abort/open", "abort/close", "peek/abort"])
+@pytest.mark.parametrize(
+    "opts", ["peek/open", "peek/close", "abort/open", "abort/close", "peek/abort"]
+)
 def test_conflicting_get_options_are_client_error(conn, qname, opts):
     conn.send(f"get {qname}/{opts}\r\n")
     assert conn.line().startswith(b"CLIENT_ERROR")
@@ -294,7 +296,7 @@ def test_delete_fanout_reader_removes_only_it(conn, qname):
 
 
 def test_fanout_only_parent_keeps_no_items(make_server):
-    srv = make_server("[queues.fo]\nfanout_only = true\n[queues.\"fo+x\"]\n")
+    srv = make_server('[queues.fo]\nfanout_only = true\n[queues."fo+x"]\n')
     c = Conn(srv.connect())
     c.set("fo", "1")
     assert c.get("fo") is None
@@ -335,7 +337,9 @@ def test_max_age_expires_items(make_server):
 
 
 def test_background_sweep_expires_and_moves_to_expire_to_queue(make_server):
-    srv = make_server('expiration_timer_frequency = "100ms"\n[queues.src]\nmax_age = 200\nexpire_to_queue = "dead"\n')
+    srv = make_server(
+        'expiration_timer_frequency = "100ms"\n[queues.src]\nmax_age = 200\nexpire_to_queue = "dead"\n'
+    )
     c = Conn(srv.connect())
     c.set("src", "letter")
     time.sleep(0.8)

@@ -56,7 +56,9 @@ def _parse_unit(key: str, value: Any, units: dict[str, int], what: str) -> int:
             if unit in units:
                 return int(float(m.group(1)) * units[unit])
             raise ConfigError(f"{key}: unknown unit {m.group(2)!r} in {value!r}")
-    raise ConfigError(f"{key}: expected a {what} like {'16MiB' if what == 'size' else '30s'}, got {value!r}")
+    raise ConfigError(
+        f"{key}: expected a {what} like {'16MiB' if what == 'size' else '30s'}, got {value!r}"
+    )
 
 
 def parse_size(key: str, value: Any) -> int:
@@ -216,7 +218,11 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
         if raw is None:
             out[key] = None
             continue
-        if kind != _BOOL and isinstance(raw, str) and raw.lower() in ("none", "off", "never", "unlimited"):
+        if (
+            kind != _BOOL
+            and isinstance(raw, str)
+            and raw.lower() in ("none", "off", "never", "unlimited")
+        ):
             if key in ("max_item_size", "max_journal_size", "max_memory_size"):
                 raise ConfigError(f"{where}{key}: must be a size, not {raw!r}")
             out[key] = None
@@ -227,7 +233,9 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
 
 def _check_queue(where: str, cfg: QueueConfig) -> None:
     if cfg.max_journal_size < 4 * KiB:
-        raise ConfigError(f"{where}max_journal_size: must be at least 4KiB (got {cfg.max_journal_size})")
+        raise ConfigError(
+            f"{where}max_journal_size: must be at least 4KiB (got {cfg.max_journal_size})"
+        )
     if cfg.max_item_size > 16 * MiB:
         raise ConfigError(f"{where}max_item_size: at most 16MiB, the journal's record limit")
 

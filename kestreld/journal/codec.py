@@ -115,7 +115,9 @@ def encode_put(
     return _PUT6.pack(0x86, len(data), error_count, id, add_time) + data
 
 
-def put_header(id: int, add_time: int, size: int, expire_time: int = 0, error_count: int = 0) -> bytes:
+def put_header(
+    id: int, add_time: int, size: int, expire_time: int = 0, error_count: int = 0
+) -> bytes:
     """The PUT header alone, for writers that append the data separately (no copy)."""
     if expire_time:
         return _PUT8.pack(0x88, size, error_count, id, add_time, expire_time)
@@ -184,10 +186,14 @@ def scan(
             return ScanResult(records, pos, Status.MORE)
         if command >= 8:
             if words < 1:
-                return ScanResult(records, pos, Status.CORRUPT, f"command {command} without a data length")
+                return ScanResult(
+                    records, pos, Status.CORRUPT, f"command {command} without a data length"
+                )
             size = _I32.unpack_from(buf, pos + 1)[0]
             if size < 0 or size > MAX_DATA_SIZE:
-                return ScanResult(records, pos, Status.CORRUPT, f"item too large ({size & 0xFFFFFFFF} bytes)")
+                return ScanResult(
+                    records, pos, Status.CORRUPT, f"item too large ({size & 0xFFFFFFFF} bytes)"
+                )
             rec_end = header_end + size
             if rec_end > end:
                 return ScanResult(records, pos, Status.MORE)
@@ -198,7 +204,9 @@ def scan(
                 elif words == 8:
                     _, size, errors, id_, add_time, expire = unpack_put8(buf, pos)
                 else:
-                    return ScanResult(records, pos, Status.CORRUPT, f"PUT with {words} header words")
+                    return ScanResult(
+                        records, pos, Status.CORRUPT, f"PUT with {words} header words"
+                    )
                 if id_ <= 0:
                     return ScanResult(records, pos, Status.CORRUPT, f"PUT with id {id_}")
                 data = bytes(buf[header_end:rec_end]) if include_data else None
@@ -215,7 +223,9 @@ def scan(
         else:
             if command == Command.READ_HEAD:
                 if words != 2:
-                    return ScanResult(records, pos, Status.CORRUPT, f"READ_HEAD with {words} header words")
+                    return ScanResult(
+                        records, pos, Status.CORRUPT, f"READ_HEAD with {words} header words"
+                    )
                 append(ReadHead(pos, _I64.unpack_from(buf, pos + 1)[0]))
             else:
                 append(Unknown(pos, command, header_end - pos))

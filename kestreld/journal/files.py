@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from kestreld.journal.codec import MAGIC_SIZE, WRITER_MAGIC, READER_MAGIC
+from kestreld.journal.codec import MAGIC_SIZE, READER_MAGIC, WRITER_MAGIC
 
 NAME_RE = re.compile(r"[A-Za-z0-9_:\-]{1,200}")
 STATUS_FILE = ".kestreld-status"
@@ -96,7 +96,9 @@ def scan_folder(path: str) -> FolderScan:
         if not is_legal_name(queue):
             # Native files never hold a "+", but Kestrel 2.x fanout children do
             # ("jobs+audit", "jobs+audit.100"): those must stop the server too.
-            if split_queue_name(queue) is not None and (not dot or rest.isdigit() or rest.endswith(".pack")):
+            if split_queue_name(queue) is not None and (
+                not dot or rest.isdigit() or rest.endswith(".pack")
+            ):
                 kestrel2.append(full)
             else:
                 unknown.append(full)

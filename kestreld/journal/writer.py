@@ -154,7 +154,9 @@ class WriterJournal:
             if seg.first_id and nxt > seg.first_id:
                 seg.last_id = nxt - 1
                 seg.items = nxt - seg.first_id
-                seg.data_bytes = max(0, seg.size - codec.MAGIC_SIZE - codec.PUT_HEADER_SIZE * seg.items)
+                seg.data_bytes = max(
+                    0, seg.size - codec.MAGIC_SIZE - codec.PUT_HEADER_SIZE * seg.items
+                )
             elif seg.first_id:
                 seg.last_id = seg.first_id
                 seg.items = 1
@@ -243,7 +245,9 @@ class WriterJournal:
         header = codec.put_header(self.next_id, add_time, len(data), expire_time, error_count)
         length = len(header) + len(data)
         seg = self.current
-        if seg is None or (seg.size + length > self.max_journal_size and seg.size > codec.MAGIC_SIZE):
+        if seg is None or (
+            seg.size + length > self.max_journal_size and seg.size > codec.MAGIC_SIZE
+        ):
             self._rotate()
             seg = self.current
             assert seg is not None
@@ -351,7 +355,9 @@ class WriterJournal:
             return
         batch.resolve()
         if self.sync_journal is not None and self._sync_timer is None and not self._syncing:
-            self._sync_timer = self._get_loop().call_later(self.sync_journal / 1000, self._periodic_sync)
+            self._sync_timer = self._get_loop().call_later(
+                self.sync_journal / 1000, self._periodic_sync
+            )
 
     def _periodic_sync(self) -> None:
         self._sync_timer = None
@@ -370,7 +376,9 @@ class WriterJournal:
         self._syncing = True
         loop = self._get_loop()
         started = time.perf_counter()
-        fut = loop.run_in_executor(self.executor, _sync_files, fds, retired, self.folder if dir_dirty else None)
+        fut = loop.run_in_executor(
+            self.executor, _sync_files, fds, retired, self.folder if dir_dirty else None
+        )
         fut.add_done_callback(lambda f: self._sync_done(f, waiting, started))
 
     def _sync_done(self, fut: asyncio.Future, waiting: list[Batch], started: float) -> None:
@@ -450,7 +458,9 @@ class WriterJournal:
                 chosen = s
         return chosen
 
-    def read(self, seg: Segment, offset: int, max_bytes: int) -> tuple[list[codec.Put], int, str | None]:
+    def read(
+        self, seg: Segment, offset: int, max_bytes: int
+    ) -> tuple[list[codec.Put], int, str | None]:
         """Complete PUTs from ``seg`` at ``offset``, about ``max_bytes`` worth.
 
         Returns (puts with file offsets, next offset, problem).  Only bytes already written are
@@ -477,7 +487,11 @@ class WriterJournal:
             for p in puts:
                 p.offset += offset  # file offsets
             if res.status == codec.Status.CORRUPT:
-                return puts, offset + res.pos, f"corrupt record at offset {offset + res.pos}: {res.problem}"
+                return (
+                    puts,
+                    offset + res.pos,
+                    f"corrupt record at offset {offset + res.pos}: {res.problem}",
+                )
             if res.status == codec.Status.END:
                 return puts, end, None
             if res.records or len(data) < n:
@@ -508,11 +522,15 @@ class WriterJournal:
             try:
                 if self.archive_path:
                     os.makedirs(self.archive_path, exist_ok=True)
-                    os.replace(seg.path, os.path.join(self.archive_path, os.path.basename(seg.path)))
+                    os.replace(
+                        seg.path, os.path.join(self.archive_path, os.path.basename(seg.path))
+                    )
                 else:
                     os.unlink(seg.path)
             except OSError as e:
-                log.warning("segment_removal_failed", queue=self.queue, path=seg.path, error=e.strerror)
+                log.warning(
+                    "segment_removal_failed", queue=self.queue, path=seg.path, error=e.strerror
+                )
             removed.append(seg.path)
         return removed
 

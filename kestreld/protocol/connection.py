@@ -85,7 +85,9 @@ class MemcacheConnection(asyncio.Protocol):
         self.need = 0
         self.skip = 0  # bytes of an oversized data block still to discard
         self.skip_reply: bytes | None = None
-        self.pending_set: tuple[str, int, int, bool] | None = None  # queue, expiry ms, size, noreply
+        self.pending_set: tuple[str, int, int, bool] | None = (
+            None  # queue, expiry ms, size, noreply
+        )
         self.out: list[bytes | Batch] = []
         self.out_size = 0  # large reply bytes in self.out
         self.pending_batches = 0
@@ -217,7 +219,11 @@ class MemcacheConnection(asyncio.Protocol):
             try:
                 handler(self, args)
             except Exception as e:  # a bug must cost one request, not the connection
-                log.exception("command_failed", peer=self.peer, command=args[0][:40].decode("ascii", "replace"))
+                log.exception(
+                    "command_failed",
+                    peer=self.peer,
+                    command=args[0][:40].decode("ascii", "replace"),
+                )
                 self.out.append(_server_error(f"internal error: {type(e).__name__}"))
             if self.out_size > OUTPUT_FLUSH_SIZE:
                 self.flush_out()  # may pause us (pause_writing) before the next request
@@ -326,7 +332,9 @@ class MemcacheConnection(asyncio.Protocol):
         if name is None:
             return self._discard_block(size, BAD_QUEUE_NAME, noreply)
         if "+" in name:
-            return self._discard_block(size, _client_error("cannot set to a fanout reader; write to the queue"), noreply)
+            return self._discard_block(
+                size, _client_error("cannot set to a fanout reader; write to the queue"), noreply
+            )
         status = self.server.status
         if status is not ServerStatus.UP:
             return self._discard_block(size, _server_error(f"server is {status.value}"), noreply)
@@ -447,7 +455,9 @@ class MemcacheConnection(asyncio.Protocol):
         started = time.perf_counter()
         fut.add_done_callback(lambda f: self._on_item(f, reader, key, opts.open, started))
 
-    def _on_item(self, fut: asyncio.Future, reader: Reader, key: bytes, open_: bool, started: float) -> None:
+    def _on_item(
+        self, fut: asyncio.Future, reader: Reader, key: bytes, open_: bool, started: float
+    ) -> None:
         item = None if fut.cancelled() else fut.result()
         observe = self.server.latency_observer
         if observe is not None and not self.closing:
@@ -615,7 +625,9 @@ class MemcacheConnection(asyncio.Protocol):
         self.out.append(self.server.render_stats())
 
     def cmd_dump_stats(self, args: list[bytes]) -> None:
-        self.out.append(self.server.render_dump_stats([a.decode("ascii", "replace") for a in args[1:]]))
+        self.out.append(
+            self.server.render_dump_stats([a.decode("ascii", "replace") for a in args[1:]])
+        )
 
     def cmd_dump_config(self, args: list[bytes]) -> None:
         names = []

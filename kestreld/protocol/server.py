@@ -9,8 +9,8 @@ import os
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
@@ -32,7 +32,12 @@ class StartupError(Exception):
 
 
 class Server:
-    def __init__(self, config: ServerConfig, config_path: str | None = None, overrides: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        config_path: str | None = None,
+        overrides: dict[str, Any] | None = None,
+    ) -> None:
         self.config = config
         self.config_path = config_path
         self.overrides = overrides or {}
@@ -68,7 +73,9 @@ class Server:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise StartupError(f"queue folder {os.path.abspath(folder)} is in use by another kestreld") from None
+            raise StartupError(
+                f"queue folder {os.path.abspath(folder)} is in use by another kestreld"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
@@ -85,7 +92,11 @@ class Server:
                 self.queues.load()
             except Kestrel2JournalsFound as e:
                 raise StartupError(str(e)) from None
-            log.info("queues_loaded", count=len(self.queues.queues), seconds=round(time.monotonic() - started, 3))
+            log.info(
+                "queues_loaded",
+                count=len(self.queues.queues),
+                seconds=round(time.monotonic() - started, 3),
+            )
             try:
                 self._server = await self.loop.create_server(
                     lambda: MemcacheConnection(self),
@@ -102,12 +113,16 @@ class Server:
             self._unlock()
             raise
         self._tasks = [
-            self.loop.create_task(self._every(self.config.checkpoint_interval, self.queues.checkpoint)),
+            self.loop.create_task(
+                self._every(self.config.checkpoint_interval, self.queues.checkpoint)
+            ),
             self.loop.create_task(self._every(1000, self._idle_sweep)),
         ]
         if self.config.expiration_timer_frequency:
             self._tasks.append(
-                self.loop.create_task(self._every(self.config.expiration_timer_frequency, self._sweep))
+                self.loop.create_task(
+                    self._every(self.config.expiration_timer_frequency, self._sweep)
+                )
             )
         await self._start_metrics()
         sock = self._server.sockets[0].getsockname()
@@ -175,7 +190,8 @@ class Server:
     def render_dump_config(self, names: list[str]) -> bytes:
         if not names:
             names = sorted(
-                [q for q in self.queues.queues] + [r.full_name for r in self.queues.readers() if r.name]
+                [q for q in self.queues.queues]
+                + [r.full_name for r in self.queues.readers() if r.name]
             )
         lines = []
         for name in names:

@@ -53,7 +53,9 @@ class BlockingQueue(Generic[T]):
     def peek(self) -> T | None:
         return self.items[0] if self.items else None
 
-    def wait(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> asyncio.Future[T | None]:
+    def wait(
+        self, loop: asyncio.AbstractEventLoop, timeout: float | None
+    ) -> asyncio.Future[T | None]:
         """A future for the next item; resolved with None after ``timeout`` seconds."""
         fut: asyncio.Future[T | None] = loop.create_future()
         waiters = self.waiters

@@ -73,7 +73,11 @@ class QueueCollection:
             for warning in queue.open(found.queues.get(name), configured.get(name, [])):
                 log.warning("journal_repaired", queue=name, problem=warning)
             self._adopt(queue)
-            log.info("queue_loaded", queue=name, items={r.full_name: r.items for r in queue.readers.values()})
+            log.info(
+                "queue_loaded",
+                queue=name,
+                items={r.full_name: r.items for r in queue.readers.values()},
+            )
 
     def _adopt(self, queue: JournaledQueue) -> None:
         self.queues[queue.name] = queue
@@ -86,7 +90,14 @@ class QueueCollection:
         queue = self.queues.get(name)
         if queue is None and create:
             queue = JournaledQueue(name, self.config, executor=self.executor)
-            queue.open(None, [r.split("+", 1)[1] for r in self.config.configured_readers() if r.split("+", 1)[0] == name])
+            queue.open(
+                None,
+                [
+                    r.split("+", 1)[1]
+                    for r in self.config.configured_readers()
+                    if r.split("+", 1)[0] == name
+                ],
+            )
             self._adopt(queue)
             self.queue_creates += 1
             log.info("queue_created", queue=name)
@@ -148,12 +159,18 @@ class QueueCollection:
 
     def _forward_expired(self, reader: Reader, item: QueueItem) -> None:
         target = reader.config.expire_to_queue
-        if not target or split_queue_name(target) is None or target.partition("+")[0] == reader.queue.name:
+        if (
+            not target
+            or split_queue_name(target) is None
+            or target.partition("+")[0] == reader.queue.name
+        ):
             return
         try:
             self.put(target.partition("+")[0], item.data, 0, int(time.time() * 1000))
         except (QueueFull, JournalWriteError) as e:
-            log.warning("expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e))
+            log.warning(
+                "expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e)
+            )
 
     # --- periodic work ------------------------------------------------------------------
 
@@ -173,7 +190,10 @@ class QueueCollection:
             if (
                 max_queue_age
                 and (mono - queue.created_at) * 1000 >= max_queue_age
-                and all(r.items == 0 and not r.open_reads and not r.memory.live_waiters() for r in queue.readers.values())
+                and all(
+                    r.items == 0 and not r.open_reads and not r.memory.live_waiters()
+                    for r in queue.readers.values()
+                )
             ):
                 del self.queues[queue.name]
                 queue.erase()

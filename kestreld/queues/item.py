@@ -8,7 +8,9 @@ class QueueItem:
 
     __slots__ = ("id", "add_time", "expire_time", "error_count", "data")
 
-    def __init__(self, id: int, add_time: int, expire_time: int, error_count: int, data: bytes) -> None:
+    def __init__(
+        self, id: int, add_time: int, expire_time: int, error_count: int, data: bytes
+    ) -> None:
         self.id = id
         self.add_time = add_time  # ms since the epoch
         self.expire_time = expire_time  # ms since the epoch, 0 = never

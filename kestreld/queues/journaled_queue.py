@@ -74,7 +74,9 @@ class JournaledQueue:
             restored[rname] = cp
         if self.journal is not None:
             min_next = 1 + max(
-                [cp.head for cp in restored.values() if cp] + [max(cp.done, default=0) for cp in restored.values() if cp] + [0]
+                [cp.head for cp in restored.values() if cp]
+                + [max(cp.done, default=0) for cp in restored.values() if cp]
+                + [0]
             )
             warnings += self.journal.open(files.segments if files else [], min_next)
             oldest = self.journal.segments[0].first_id if self.journal.segments else 0
@@ -169,7 +171,9 @@ class JournaledQueue:
         path = os.path.join(self.folder, checkpoint_name(self.name, reader.name))
         head, done = reader.checkpoint_state()
         reader.dirty = False
-        fut = asyncio.get_running_loop().run_in_executor(self.executor, write_checkpoint, path, head, done)
+        fut = asyncio.get_running_loop().run_in_executor(
+            self.executor, write_checkpoint, path, head, done
+        )
         fut.add_done_callback(lambda f: self._checkpoint_written(reader, head, f))
 
     def _checkpoint_written(self, reader: Reader, head: int, fut) -> None:

@@ -131,7 +131,11 @@ class Reader:
         self.items += 1
         self.bytes += size
         if self.rb is None:
-            if seg is None or self.mem_bytes + size <= self.config.max_memory_size or not self.memory.items:
+            if (
+                seg is None
+                or self.mem_bytes + size <= self.config.max_memory_size
+                or not self.memory.items
+            ):
                 if self.memory.hand_off(item):
                     self._removed(item, now)
                 else:
@@ -338,7 +342,11 @@ class Reader:
         head, done = self.head, self.done
         memory = self.memory.items
         max_mem = self.config.max_memory_size
-        while self.rb is not None and loaded < REFILL_CHUNK and (self.mem_bytes < max_mem or not memory):
+        while (
+            self.rb is not None
+            and loaded < REFILL_CHUNK
+            and (self.mem_bytes < max_mem or not memory)
+        ):
             seg = rb.segment
             puts, offset, problem = journal.read(seg, rb.offset, REFILL_CHUNK - loaded)
             for p in puts:

@@ -9,4 +9,11 @@ from kestreld.stats.counters import (
     render_stats,
 )
 
-__all__ = ["QUEUE_STAT_KEYS", "ServerStats", "global_stats", "queue_stats", "render_dump_stats", "render_stats"]
+__all__ = [
+    "QUEUE_STAT_KEYS",
+    "ServerStats",
+    "global_stats",
+    "queue_stats",
+    "render_dump_stats",
+    "render_stats",
+]

@@ -60,7 +60,9 @@ def queue_stats(queues: QueueCollection) -> list[tuple[str, dict[str, int]]]:
     return out
 
 
-def global_stats(stats: ServerStats, queues: QueueCollection, connections: int, version: str) -> list[tuple[str, object]]:
+def global_stats(
+    stats: ServerStats, queues: QueueCollection, connections: int, version: str
+) -> list[tuple[str, object]]:
     now = time.time()
     items, nbytes = queues.totals()
     readers = queues.readers()
@@ -90,7 +92,9 @@ def global_stats(stats: ServerStats, queues: QueueCollection, connections: int, 
     ]
 
 
-def render_stats(stats: ServerStats, queues: QueueCollection, connections: int, version: str) -> bytes:
+def render_stats(
+    stats: ServerStats, queues: QueueCollection, connections: int, version: str
+) -> bytes:
     lines = [f"STAT {k} {v}" for k, v in global_stats(stats, queues, connections, version)]
     for name, values in queue_stats(queues):
         lines.extend(f"STAT queue_{name}_{k} {v}" for k, v in values.items())
