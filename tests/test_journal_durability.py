@@ -493,3 +493,36 @@ def test_kestrel2_fanout_child_journal_also_refuses_start(make_server, tmp_path)
     with pytest.raises(RuntimeError) as e:
         srv.start()
     assert "jobs+audit" in str(e.value)
+
+
+def test_sigterm_under_load_acknowledges_only_what_it_keeps(make_server):
+    srv = make_server("sync_journal = 0\n")
+    acked: list[str] = []
+    stop = threading.Event()
+
+    def produce(pid: int) -> None:
+        c = Conn(srv.connect())
+        i = 0
+        try:
+            while not stop.is_set():
+                if c.set("term", f"{pid}:{i}") == b"STORED":
+                    acked.append(f"{pid}:{i}")
+                i += 1
+        except (ConnectionError, OSError):
+            pass
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(10)]
+    for t in threads:
+        t.start()
+    time.sleep(0.7)
+    assert srv.stop() == 0
+    stop.set()
+    for t in threads:
+        t.join(10)
+    srv.start()
+    c = Conn(srv.connect())
+    got = set()
+    while (v := c.get("term")) is not None:
+        got.add(v.decode())
+    assert len(acked) > 100
+    assert set(acked) <= got

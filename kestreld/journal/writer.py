@@ -402,22 +402,30 @@ class WriterJournal:
         self._retired_fds = []
 
     def sync_now(self) -> None:
-        """Write and fsync everything, on the calling thread (shutdown only)."""
-        if self._flush_scheduled or self._batch is not None:
-            self.flush()
+        """Write and fsync everything on the calling thread, then acknowledge it (shutdown)."""
+        batch, self._batch = self._batch, None
+        error = None
         try:
             self.write_buffer()
-        except JournalWriteError:
-            pass
+        except JournalWriteError as e:
+            error = str(e)
         fds = self._retired_fds + ([self._fd] if self._fd >= 0 else [])
         try:
             _sync_files(fds, self._retired_fds, self.folder if self._dir_dirty else None)
         except OSError as e:
             log.error("journal_fsync_failed", queue=self.queue, error=str(e))
         self._retired_fds = []
-        for batch in self._unsynced:
-            batch.resolve()
-        self._unsynced = []
+        self._dir_dirty = False
+        pending, self._unsynced = self._unsynced, []
+        if batch is not None:
+            pending.append(batch)
+        for b in pending:
+            b.resolve(error)
+
+    @property
+    def syncing(self) -> bool:
+        """An fsync is running in the background."""
+        return self._syncing
 
     def close(self) -> None:
         """Flush, fsync and close every file.  Safe to call twice."""

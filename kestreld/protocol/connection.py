@@ -123,6 +123,13 @@ class MemcacheConnection(asyncio.Protocol):
             self.waiting.cancel()
         self.release_open_reads()
 
+    def closing_soon(self) -> None:
+        """The server is stopping: take no new request, but still send pending replies."""
+        self.waiting = self.waiting or self.server.loop.create_future()
+        if self.transport is not None and not self.read_paused:
+            self.read_paused = True
+            self.transport.pause_reading()
+
     def release_open_reads(self) -> None:
         """Every open read goes back to the head of its queue, in original order."""
         reads, self.open_reads = self.open_reads, {}

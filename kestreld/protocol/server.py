@@ -248,6 +248,18 @@ class Server:
             task.cancel()
         if self.metrics is not None:
             await self.metrics.stop()
+        # Acknowledge what is already journaled before the connections go:
+        # pending STORED replies are written out, not dropped (a dropped one
+        # would make its producer retry an item that is already stored).
+        for conn in list(self.connections):
+            conn.closing_soon()
+        journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
+        for journal in journals:
+            journal.sync_now()
+        deadline = time.monotonic() + 2.0
+        while any(j.syncing for j in journals) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # background fsyncs resolve their batches
+        await asyncio.sleep(0)
         for conn in list(self.connections):
             conn.closing = True
             conn.release_open_reads()
