@@ -348,7 +348,17 @@ class Reader:
             and (self.mem_bytes < max_mem or not memory)
         ):
             seg = rb.segment
-            puts, offset, problem = journal.read(seg, rb.offset, REFILL_CHUNK - loaded)
+            try:
+                puts, offset, problem = journal.read(seg, rb.offset, REFILL_CHUNK - loaded)
+            except FileNotFoundError:
+                # Deleted under us: its items are gone; go on with the next segment.
+                puts, offset, problem = [], rb.offset, "segment file is missing"
+            except OSError as e:
+                # Unreadable for now (EIO, EACCES): keep the position and retry later.
+                log.error(
+                    "journal_read_failed", queue=self.full_name, path=seg.path, error=e.strerror
+                )
+                break
             for p in puts:
                 id_ = p.id
                 if id_ < rb.next_id or id_ <= head or id_ in done:
