@@ -142,6 +142,9 @@ class WriterJournal:
                 _unlink(path)
                 continue
             self.segments.append(seg)
+        # The newest is scanned whole (its first id is needed for the ranges below).
+        if self.segments:
+            warnings += self._recover_tail(self.segments[-1])
         # Every segment but the newest: the first record gives the id range.
         for seg in self.segments[:-1]:
             with open(seg.path, "rb") as f:
@@ -160,8 +163,6 @@ class WriterJournal:
             elif seg.first_id:
                 seg.last_id = seg.first_id
                 seg.items = 1
-        if self.segments:
-            warnings += self._recover_tail(self.segments[-1])
         last = max((s.last_id for s in self.segments), default=0)
         self.next_id = max(last + 1, min_next_id, 1)
         return warnings
