@@ -519,12 +519,16 @@ class WriterJournal:
 
     # --- dead segments ----------------------------------------------------------------
 
-    def remove_dead(self, min_head: int) -> list[str]:
-        """Delete (or archive) every segment but the newest whose ids are all <= min_head."""
+    def remove_dead(self, min_head: int, keep_from: int | None = None) -> list[str]:
+        """Delete (or archive) every segment but the newest whose ids are all <= min_head.
+
+        Segments with a stamp >= ``keep_from`` (where a reader is still
+        reading) are kept whatever the heads say.
+        """
         removed = []
         while len(self.segments) > 1:
             seg = self.segments[0]
-            if seg.last_id > min_head:
+            if seg.last_id > min_head or (keep_from is not None and seg.stamp >= keep_from):
                 break
             self.segments.pop(0)
             self.release_reader_fd(seg)

@@ -203,7 +203,8 @@ class JournaledQueue:
             return []
         heads = [r.saved_head for r in self.readers.values()]
         min_head = min(heads) if heads else self.journal.last_id
-        return self.journal.remove_dead(min_head)
+        reading = [r.rb.segment.stamp for r in self.readers.values() if r.rb is not None]
+        return self.journal.remove_dead(min_head, min(reading) if reading else None)
 
     def close(self) -> None:
         """Write everything out: journal synced, every checkpoint written (blocking)."""
