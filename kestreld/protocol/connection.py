@@ -410,11 +410,14 @@ class MemcacheConnection(asyncio.Protocol):
             return
         name = opts.name
         fetch = opts.open or not (opts.close or opts.abort)
-        if fetch and self.server.status is ServerStatus.QUIESCENT:
-            self.out.append(_server_error("server is quiescent"))
-            return
-        reader = self.server.queues.reader(name, create=fetch)
+        # QUIESCENT refuses the fetch only: the /close or /abort before it still happens,
+        # so a reliable reader's last item is not redelivered after a drain.
+        refused = fetch and self.server.status is ServerStatus.QUIESCENT
+        reader = self.server.queues.reader(name, create=fetch and not refused)
         if reader is None:
+            if refused:
+                self.out.append(_server_error("server is quiescent"))
+                return
             if fetch:
                 self.stats.get_misses += 1
                 if opts.peek:
@@ -431,6 +434,9 @@ class MemcacheConnection(asyncio.Protocol):
         if reads is not None and not reads:
             del self.open_reads[reader]
             reads = None
+        if refused:
+            self.out.append(_server_error("server is quiescent"))
+            return
         if not fetch:
             self.out.append(END)
             return
@@ -474,6 +480,7 @@ class MemcacheConnection(asyncio.Protocol):
                 reader.return_items([item])  # the waiter died: the item goes on
             return
         self.waiting = None
+        self.last_active = time.monotonic()  # idle from the reply on, not from the request
         if item is None:
             self.stats.get_misses += 1
             self.out.append(END)
@@ -622,6 +629,7 @@ class MemcacheConnection(asyncio.Protocol):
     def _monitor_done(self, task: asyncio.Task) -> None:
         if self.waiting is task:
             self.waiting = None
+        self.last_active = time.monotonic()  # idle from the reply on, not from the request
         if not task.cancelled() and task.exception() is not None:
             log.error("monitor_failed", error=str(task.exception()))
         self._resume()
@@ -676,13 +684,26 @@ class MemcacheConnection(asyncio.Protocol):
         self.out.append(END)
 
 
+_NAME_CACHE: dict[bytes, str | None] = {}
+_NAME_CACHE_LIMIT = 10_000
+
+
 def _queue_name(raw: bytes) -> str | None:
-    """The queue name if legal (``q`` or ``q+r``), else None."""
+    """The queue name if legal (``q`` or ``q+r``), else None (cached: it runs per request)."""
     try:
-        name = raw.decode("ascii")
+        return _NAME_CACHE[raw]
+    except KeyError:
+        pass
+    try:
+        name: str | None = raw.decode("ascii")
     except UnicodeDecodeError:
-        return None
-    return name if split_queue_name(name) is not None else None
+        name = None
+    if name is not None and split_queue_name(name) is None:
+        name = None
+    if len(_NAME_CACHE) >= _NAME_CACHE_LIMIT:
+        _NAME_CACHE.clear()  # hostile clients cycling names cannot grow it without bound
+    _NAME_CACHE[raw] = name
+    return name
 
 
 def _parse_get(key: bytes) -> _Get | bytes:
