@@ -1,0 +1,181 @@
+"""The ``stats`` figures as Prometheus metric families (a ``prometheus_client`` collector).
+
+Values come from the same functions as the ``stats`` command
+(:func:`global_stats`, :func:`queue_stats`), read when scraped, so the two
+always agree.  Each stats key maps to one metric: counters end in ``_total``,
+per-queue metrics carry ``queue="<name>"`` (fanout readers as ``q+r``), times
+are in seconds.  A stats key without an entry in the tables below is still
+exported, as a gauge named after it, so nothing the ``stats`` command shows is
+missing here.
+
+``collect`` reads the queues and must run on the event loop's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kestreld import __version__
+from kestreld.protocol.status import ServerStatus
+from kestreld.stats.counters import global_stats, queue_stats
+
+if TYPE_CHECKING:
+    from kestreld.protocol.server import Server
+
+
+@dataclass(slots=True, frozen=True)
+class MetricSpec:
+    """How one stats key is exported."""
+
+    name: str  # without the _total suffix of a counter
+    kind: str  # "counter" or "gauge"
+    help: str
+    scale: float = 1.0  # value multiplier (ms -> s)
+
+
+_COUNTER, _GAUGE = "counter", "gauge"
+
+#: Server-wide ``stats`` keys (``version`` becomes ``kestreld_build_info``).
+GLOBAL_METRICS: dict[str, MetricSpec] = {
+    "uptime": MetricSpec("kestreld_uptime_seconds", _GAUGE, "Seconds since the server started."),
+    "time": MetricSpec("kestreld_time_seconds", _GAUGE, "The server's clock, Unix seconds."),
+    "curr_items": MetricSpec("kestreld_items", _GAUGE, "Items in all queues, open reads excluded."),
+    "total_items": MetricSpec(
+        "kestreld_items_added", _COUNTER, "Items added to all queues and readers."
+    ),
+    "bytes": MetricSpec(
+        "kestreld_bytes", _GAUGE, "Bytes of items in all queues, open reads excluded."
+    ),
+    "reserved_memory_ratio": MetricSpec(
+        "kestreld_reserved_memory_ratio",
+        _GAUGE,
+        "Sum of journaled readers' max_memory_size over physical memory.",
+    ),
+    "curr_connections": MetricSpec("kestreld_connections", _GAUGE, "Open client connections."),
+    "total_connections": MetricSpec(
+        "kestreld_connections_accepted", _COUNTER, "Client connections accepted."
+    ),
+    "cmd_get": MetricSpec(
+        "kestreld_cmd_get", _COUNTER, "Fetching gets (not peeks, not close-only or abort-only)."
+    ),
+    "cmd_set": MetricSpec("kestreld_cmd_set", _COUNTER, "set requests."),
+    "cmd_peek": MetricSpec("kestreld_cmd_peek", _COUNTER, "get /peek requests."),
+    "get_hits": MetricSpec(
+        "kestreld_get_hits", _COUNTER, "Fetches that returned an item (peeks and monitor included)."
+    ),
+    "get_misses": MetricSpec("kestreld_get_misses", _COUNTER, "Fetches that returned nothing."),
+    "bytes_read": MetricSpec("kestreld_bytes_read", _COUNTER, "Bytes received from clients."),
+    "bytes_written": MetricSpec("kestreld_bytes_written", _COUNTER, "Bytes sent to clients."),
+    "queue_creates": MetricSpec("kestreld_queue_creates", _COUNTER, "Queues created."),
+    "queue_deletes": MetricSpec("kestreld_queue_deletes", _COUNTER, "Queues deleted."),
+    "queue_expires": MetricSpec(
+        "kestreld_queue_expires", _COUNTER, "Queues deleted by max_queue_age."
+    ),
+}
+
+#: Per-queue ``stats`` keys (``queue_<name>_<key>``), labelled ``queue``.
+QUEUE_METRICS: dict[str, MetricSpec] = {
+    "items": MetricSpec("kestreld_queue_items", _GAUGE, "Items in the queue, open reads excluded."),
+    "bytes": MetricSpec(
+        "kestreld_queue_bytes", _GAUGE, "Bytes of items in the queue, open reads excluded."
+    ),
+    "total_items": MetricSpec("kestreld_queue_items_added", _COUNTER, "Items added to the queue."),
+    "logsize": MetricSpec(
+        "kestreld_queue_journal_bytes", _GAUGE, "Bytes of the queue's journal segments."
+    ),
+    "expired_items": MetricSpec(
+        "kestreld_queue_expired_items", _COUNTER, "Items discarded by expiry."
+    ),
+    "mem_items": MetricSpec(
+        "kestreld_queue_mem_items", _GAUGE, "Items held in memory (the rest is read-behind)."
+    ),
+    "mem_bytes": MetricSpec("kestreld_queue_mem_bytes", _GAUGE, "Bytes of items held in memory."),
+    "age": MetricSpec(
+        "kestreld_queue_age_seconds",
+        _GAUGE,
+        "Time since the last removed item was added.",
+        scale=0.001,
+    ),
+    "discarded": MetricSpec(
+        "kestreld_queue_discarded", _COUNTER, "Items dropped because the queue was full."
+    ),
+    "waiters": MetricSpec(
+        "kestreld_queue_waiters", _GAUGE, "Clients blocked in a get on the queue."
+    ),
+    "open_transactions": MetricSpec(
+        "kestreld_queue_open_transactions", _GAUGE, "Open reads (get /open) not yet closed."
+    ),
+    "transactions": MetricSpec("kestreld_queue_transactions", _COUNTER, "Reads opened."),
+    "canceled_transactions": MetricSpec(
+        "kestreld_queue_canceled_transactions", _COUNTER, "Open reads aborted or given back."
+    ),
+    "total_flushes": MetricSpec("kestreld_queue_flushes", _COUNTER, "flush requests on the queue."),
+    "journal_rewrites": MetricSpec(
+        "kestreld_queue_journal_rewrites", _COUNTER, "Journal rewrites."
+    ),
+    "journal_rotations": MetricSpec(
+        "kestreld_queue_journal_rotations", _COUNTER, "New journal segments started."
+    ),
+    "children": MetricSpec("kestreld_queue_children", _GAUGE, "Fanout readers of the queue."),
+}
+
+
+def _family(spec: MetricSpec, labels: list[str]) -> Metric:
+    if spec.kind == _COUNTER:
+        return CounterMetricFamily(spec.name, spec.help, labels=labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=labels)
+
+
+def _number(value: object) -> float:
+    return float(value)  # type: ignore[arg-type]  # ints, and the ratio's "0.123" text
+
+
+class StatsCollector(Collector):
+    """Server-wide and per-queue figures of a running :class:`Server`, plus its status."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        server = self.server
+        yield InfoMetricFamily(
+            "kestreld_build", "The kestreld version.", value={"version": __version__}
+        )
+        status = GaugeMetricFamily(
+            "kestreld_status",
+            "1 for the server's current status (UP, READONLY, QUIESCENT), else 0.",
+            labels=["status"],
+        )
+        for value in ServerStatus:
+            status.add_metric([value.value], 1.0 if server.status is value else 0.0)
+        yield status
+        for key, value in global_stats(
+            server.stats, server.queues, len(server.connections), __version__
+        ):
+            if key == "version":
+                continue
+            spec = GLOBAL_METRICS.get(key) or MetricSpec(f"kestreld_{key}", _GAUGE, f"stats {key}")
+            family = _family(spec, [])
+            family.add_metric([], _number(value) * spec.scale)
+            yield family
+        families: dict[str, Metric] = {}
+        specs: dict[str, MetricSpec] = {}
+        for name, values in queue_stats(server.queues):
+            for key, value in values.items():
+                family = families.get(key)
+                if family is None:
+                    spec = QUEUE_METRICS.get(key) or MetricSpec(
+                        f"kestreld_queue_{key}", _GAUGE, f"stats queue_<name>_{key}"
+                    )
+                    family = families[key] = _family(spec, ["queue"])
+                    specs[key] = spec
+                family.add_metric([name], _number(value) * specs[key].scale)
+        for key, spec in QUEUE_METRICS.items():  # declared even with no queues, for dashboards
+            if key not in families:
+                yield _family(spec, ["queue"])
+        yield from families.values()
