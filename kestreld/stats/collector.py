@@ -8,7 +8,9 @@ are in seconds.  A stats key without an entry in the tables below is still
 exported, as a gauge named after it, so nothing the ``stats`` command shows is
 missing here.
 
-``collect`` reads the queues and must run on the event loop's thread.
+A :class:`StatsSnapshot` is taken on the event loop: it reads the queues and
+costs what the ``stats`` command costs.  Turning it into metric families and
+encoding them can then happen on any thread.
 """
 
 from __future__ import annotations
@@ -135,14 +137,32 @@ def _number(value: object) -> float:
     return float(value)  # type: ignore[arg-type]  # ints, and the ratio's "0.123" text
 
 
-class StatsCollector(Collector):
-    """Server-wide and per-queue figures of a running :class:`Server`, plus its status."""
+@dataclass(slots=True, frozen=True)
+class StatsSnapshot:
+    """The ``stats`` figures and the status at one moment; safe to read from any thread."""
 
-    def __init__(self, server: Server) -> None:
-        self.server = server
+    server: list[tuple[str, object]]  # global_stats
+    queues: list[tuple[str, dict[str, int]]]  # queue_stats
+    status: ServerStatus
+
+    @classmethod
+    def take(cls, server: Server) -> StatsSnapshot:
+        """Read a running server's figures; call on its event loop's thread."""
+        return cls(
+            global_stats(server.stats, server.queues, len(server.connections), __version__),
+            queue_stats(server.queues),
+            server.status,
+        )
+
+
+class StatsCollector(Collector):
+    """The metric families of one :class:`StatsSnapshot`: stats figures and status."""
+
+    def __init__(self, snapshot: StatsSnapshot) -> None:
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
-        server = self.server
+        snapshot = self.snapshot
         yield InfoMetricFamily(
             "kestreld_build", "The kestreld version.", value={"version": __version__}
         )
@@ -152,11 +172,9 @@ class StatsCollector(Collector):
             labels=["status"],
         )
         for value in ServerStatus:
-            status.add_metric([value.value], 1.0 if server.status is value else 0.0)
+            status.add_metric([value.value], 1.0 if snapshot.status is value else 0.0)
         yield status
-        for key, value in global_stats(
-            server.stats, server.queues, len(server.connections), __version__
-        ):
+        for key, value in snapshot.server:
             if key == "version":
                 continue
             spec = GLOBAL_METRICS.get(key) or MetricSpec(f"kestreld_{key}", _GAUGE, f"stats {key}")
@@ -165,7 +183,7 @@ class StatsCollector(Collector):
             yield family
         families: dict[str, Metric] = {}
         specs: dict[str, MetricSpec] = {}
-        for name, values in queue_stats(server.queues):
+        for name, values in snapshot.queues:
             for key, value in values.items():
                 family = families.get(key)
                 if family is None:

@@ -3,8 +3,9 @@
 Observations happen on the event loop's hot path (every ``STORED``, every
 fetch, every fsync), so a :class:`LatencyHistogram` is just a list of bucket
 counts and a sum: one ``bisect`` and two additions, no lock.  It is only
-touched on the loop thread; the metrics endpoint reads it on the loop too and
-turns it into a ``prometheus_client`` histogram family when scraped.
+touched on the loop thread; the metrics endpoint copies it there
+(:meth:`LatencyHistograms.snapshot`) and encodes the copy as
+``prometheus_client`` histogram families on its own thread.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class LatencyHistogram:
         self.counts[bisect_left(self.bounds, seconds)] += 1
         self.total += seconds
 
+    def copy(self) -> LatencyHistogram:
+        return LatencyHistogram(self.bounds, self.counts.copy(), self.total)
+
     def cumulative(self) -> list[tuple[str, int]]:
         """(le, count of observations <= le) pairs, ending with +Inf, as Prometheus wants."""
         out = []
@@ -68,6 +72,13 @@ class LatencyHistograms(Collector):
     def observe_fsync(self, seconds: float) -> None:
         """``kestreld.journal.writer.fsync_observer``: seconds one fsync took."""
         self.fsync.observe(seconds)
+
+    def snapshot(self) -> LatencyHistograms:
+        """A frozen copy to encode on another thread while this one keeps counting."""
+        copy = LatencyHistograms()
+        copy.requests = {kind: h.copy() for kind, h in self.requests.items()}
+        copy.fsync = self.fsync.copy()
+        return copy
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         requests = HistogramMetricFamily(

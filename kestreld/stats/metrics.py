@@ -2,9 +2,11 @@
 
 ``MetricsServer(server)`` listens on ``metrics_address`` (default: the
 server's ``listen_address``) and ``metrics_port``.  It serves HTTP from the
-server's own event loop, so every scrape reads the queues on the thread that
-owns them, exactly like the ``stats`` command; nothing is shared with another
-thread.  A scrape costs what ``stats`` costs.
+server's own event loop and reads the figures there, on the thread that owns
+the queues, exactly like the ``stats`` command (:class:`StatsSnapshot`).  The
+expensive part, building and encoding thousands of samples, runs on the
+endpoint's own thread from that snapshot, so a scrape holds up clients no
+longer than ``stats`` would.
 
 - ``GET /metrics``: every ``stats`` figure (see :mod:`kestreld.stats.collector`),
   the latency histograms (:mod:`kestreld.stats.latency`) and the process
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -34,8 +37,7 @@ from prometheus_client.exposition import choose_encoder
 
 from kestreld import __version__
 from kestreld.journal import writer
-from kestreld.stats.collector import StatsCollector
-from kestreld.stats.counters import global_stats, queue_stats
+from kestreld.stats.collector import StatsCollector, StatsSnapshot
 from kestreld.stats.latency import LatencyHistograms
 
 if TYPE_CHECKING:
@@ -48,8 +50,12 @@ MAX_REQUEST_HEAD = 16 * 1024
 #: Seconds a client may take to send its request.
 REQUEST_TIMEOUT = 10.0
 
+_TEXT = "text/plain; charset=utf-8"
 _INDEX = b"kestreld %s\n/metrics     Prometheus metrics\n/stats.json the stats as JSON\n"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+
+#: (status, content type, body, extra headers)
+Response = tuple[int, str, bytes, list[str]]
 
 
 class MetricsServer:
@@ -58,11 +64,9 @@ class MetricsServer:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.latency = LatencyHistograms()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StatsCollector(server))
-        self.registry.register(self.latency)
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
+        self._process = ProcessCollector(registry=None)
+        self._platform = PlatformCollector(registry=None)
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kestreld-metrics")
         self._listener: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
 
@@ -110,6 +114,39 @@ class MetricsServer:
         if self._handlers:
             await asyncio.gather(*self._handlers, return_exceptions=True)
         self._listener = None
+        self._encoder.shutdown(wait=True)  # at most one encoding in progress
+
+    # --- what is served -------------------------------------------------------------------
+
+    def registry(self, snapshot: StatsSnapshot, latency: LatencyHistograms) -> CollectorRegistry:
+        """Everything ``/metrics`` shows, for one snapshot."""
+        registry = CollectorRegistry(auto_describe=False)
+        for collector in (StatsCollector(snapshot), latency, self._process, self._platform):
+            registry.register(collector)
+        return registry
+
+    def render_metrics(
+        self, snapshot: StatsSnapshot, latency: LatencyHistograms, headers: dict[str, str]
+    ) -> Response:
+        """``/metrics`` in the format the scraper accepts (any thread)."""
+        encoder, content_type = choose_encoder(headers.get("accept", ""))
+        body = encoder(self.registry(snapshot, latency))
+        extra = []
+        if "gzip" in headers.get("accept-encoding", ""):
+            body = gzip.compress(body, compresslevel=6)
+            extra.append("Content-Encoding: gzip")
+        return 200, content_type, body, extra
+
+    @staticmethod
+    def render_stats_json(snapshot: StatsSnapshot) -> Response:
+        """``/stats.json``: the global keys, ``status``, and ``queues`` (any thread)."""
+        doc: dict[str, object] = {}
+        for key, value in snapshot.server:
+            doc[key] = float(value) if key == "reserved_memory_ratio" else value  # type: ignore[arg-type]
+        doc["status"] = snapshot.status.value
+        doc["queues"] = dict(snapshot.queues)
+        body = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+        return 200, "application/json", body, []
 
     # --- HTTP -----------------------------------------------------------------------------
 
@@ -127,16 +164,16 @@ class MetricsServer:
                 ConnectionError,
             ):
                 return
-            status, content_type, body, extra = self._respond(head)
             method = head.split(b" ", 1)[0]
-            headers = [
+            status, content_type, body, extra = await self._respond(head)
+            lines = [
                 f"HTTP/1.1 {status} {_REASONS[status]}",
                 f"Content-Type: {content_type}",
                 f"Content-Length: {len(body)}",
                 "Connection: close",
                 *extra,
             ]
-            out.write(("\r\n".join(headers) + "\r\n\r\n").encode("latin-1"))
+            out.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
             if method != b"HEAD":
                 out.write(body)
             await out.drain()
@@ -148,47 +185,29 @@ class MetricsServer:
             self._handlers.discard(task)
             out.close()
 
-    def _respond(self, head: bytes) -> tuple[int, str, bytes, list[str]]:
-        """(status, content type, body, extra headers) for one request head."""
+    async def _respond(self, head: bytes) -> Response:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            return 400, "text/plain; charset=utf-8", b"bad request\n", []
+            return 400, _TEXT, b"bad request\n", []
         method, target, _ = parts
         if method not in ("GET", "HEAD"):
-            return 405, "text/plain; charset=utf-8", b"method not allowed\n", ["Allow: GET, HEAD"]
+            return 405, _TEXT, b"method not allowed\n", ["Allow: GET, HEAD"]
         headers = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if sep:
                 headers[name.strip().lower()] = value.strip()
-        url = urlsplit(target)
-        if url.path == "/metrics":
-            return self._metrics(headers)
-        if url.path == "/stats.json":
-            body = json.dumps(self.stats_json(), separators=(",", ":")).encode() + b"\n"
-            return 200, "application/json", body, []
-        if url.path == "/":
-            return 200, "text/plain; charset=utf-8", _INDEX % __version__.encode(), []
-        return 404, "text/plain; charset=utf-8", b"not found: try /metrics or /stats.json\n", []
-
-    def _metrics(self, headers: dict[str, str]) -> tuple[int, str, bytes, list[str]]:
-        encoder, content_type = choose_encoder(headers.get("accept", ""))
-        body = encoder(self.registry)
-        extra = []
-        if "gzip" in headers.get("accept-encoding", ""):
-            body = gzip.compress(body, compresslevel=6)
-            extra.append("Content-Encoding: gzip")
-        return 200, content_type, body, extra
-
-    def stats_json(self) -> dict[str, object]:
-        """The ``stats`` figures as a JSON-ready object (numbers as numbers)."""
-        server = self.server
-        out: dict[str, object] = {}
-        for key, value in global_stats(
-            server.stats, server.queues, len(server.connections), __version__
-        ):
-            out[key] = float(value) if key == "reserved_memory_ratio" else value
-        out["status"] = server.status.value
-        out["queues"] = {name: values for name, values in queue_stats(server.queues)}
-        return out
+        path = urlsplit(target).path
+        loop = asyncio.get_running_loop()
+        if path == "/metrics":
+            snapshot, latency = StatsSnapshot.take(self.server), self.latency.snapshot()
+            return await loop.run_in_executor(
+                self._encoder, self.render_metrics, snapshot, latency, headers
+            )
+        if path == "/stats.json":
+            snapshot = StatsSnapshot.take(self.server)
+            return await loop.run_in_executor(self._encoder, self.render_stats_json, snapshot)
+        if path == "/":
+            return 200, _TEXT, _INDEX % __version__.encode(), []
+        return 404, _TEXT, b"not found: try /metrics or /stats.json\n", []
