@@ -161,11 +161,23 @@ class WriterJournal:
                     0, seg.size - codec.MAGIC_SIZE - codec.PUT_HEADER_SIZE * seg.items
                 )
             elif seg.first_id:
-                seg.last_id = seg.first_id
-                seg.items = 1
+                # No later segment holds a put (a crash right after a rotation
+                # leaves an empty newest one): only the segment itself knows.
+                self._scan_range(seg)
         last = max((s.last_id for s in self.segments), default=0)
         self.next_id = max(last + 1, min_next_id, 1)
         return warnings
+
+    def _scan_range(self, seg: Segment) -> None:
+        """Learn a segment's id range by reading it whole (data skipped)."""
+        with open(seg.path, "rb") as f:
+            data = f.read()
+        res = codec.scan(data, codec.MAGIC_SIZE, include_data=False)
+        puts = [r for r in res.records if isinstance(r, codec.Put)]
+        if puts:
+            seg.first_id, seg.last_id = puts[0].id, max(p.id for p in puts)
+            seg.items = len(puts)
+            seg.data_bytes = sum(p.size for p in puts)
 
     def _first_id_slow(self, path: str) -> int:
         with open(path, "rb") as f:
