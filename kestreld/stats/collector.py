@@ -100,7 +100,7 @@ QUEUE_METRICS: dict[str, MetricSpec] = {
     "age": MetricSpec(
         "kestreld_queue_age_seconds",
         _GAUGE,
-        "Time since the last removed item was added.",
+        "How long the last item taken from the queue had waited in it.",
         scale=0.001,
     ),
     "discarded": MetricSpec(
