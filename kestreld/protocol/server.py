@@ -92,6 +92,10 @@ class Server:
                 self.queues.load()
             except Kestrel2JournalsFound as e:
                 raise StartupError(str(e)) from None
+            except OSError as e:
+                # An unreadable journal file: refuse rather than start without its items.
+                where = e.filename or self.config.queue_path
+                raise StartupError(f"cannot read {where}: {e.strerror}") from None
             log.info(
                 "queues_loaded",
                 count=len(self.queues.queues),
