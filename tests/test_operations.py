@@ -252,10 +252,10 @@ def test_idle_connection_is_closed_after_client_timeout(make_server):
 
 
 def test_a_connection_that_keeps_sending_is_not_idle(make_server):
-    proc = make_server('client_timeout = "1s"\n')
+    proc = make_server('client_timeout = "2s"\n')
     c = open_accepted(proc)
     for _ in range(6):
-        time.sleep(0.4)
+        time.sleep(0.5)
         c.send("version\r\n")
         assert c.line().startswith(b"VERSION ")
 
@@ -269,10 +269,10 @@ def test_a_blocking_get_in_progress_is_not_idle(make_server):
 
 
 def test_idle_time_counts_from_the_end_of_a_blocking_get(make_server):
-    proc = make_server('client_timeout = "2s"\n')
+    proc = make_server('client_timeout = "3s"\n')
     c = open_accepted(proc)
-    assert c.get("nothing/t=2500") is None
-    time.sleep(1.2)  # idle 1.2 s < 2 s since the reply: still open
+    assert c.get("nothing/t=3500") is None
+    time.sleep(1.5)  # idle 1.5 s < 3 s since the reply: still open
     c.send("version\r\n")
     assert c.line().startswith(b"VERSION ")
 
