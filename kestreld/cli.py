@@ -4,7 +4,7 @@
     kestreld journal dump PATH... [--stats]
     kestreld journal import-kestrel2 OLD_DIR NEW_DIR [--queue NAME] [--dry-run]
     kestreld analyze SOURCE --out DIR [--master URL] [--since T] [--until T]
-    kestreld ping [--host H] [--port N]
+    kestreld ping [--host H] [--port N] [--timeout S] [--config FILE]
 
 Sub-commands import their modules lazily: the server never imports Spark.
 """

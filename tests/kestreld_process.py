@@ -62,6 +62,8 @@ class KestreldProcess:
 
     def start(self, timeout: float = 20.0) -> KestreldProcess:
         self._listening.clear()
+        if self.proc is not None and self.proc.stderr is not None:
+            self.proc.stderr.close()  # the previous run's log pipe
         env = dict(os.environ)
         env.update(self.env or {})
         self.proc = subprocess.Popen(

@@ -416,7 +416,7 @@ class MemcacheConnection(asyncio.Protocol):
         reader = self.server.queues.reader(name, create=fetch and not refused)
         if reader is None:
             if refused:
-                self.out.append(_server_error("server is quiescent"))
+                self.out.append(_server_error("server is QUIESCENT"))
                 return
             if fetch:
                 self.stats.get_misses += 1
@@ -435,7 +435,7 @@ class MemcacheConnection(asyncio.Protocol):
             del self.open_reads[reader]
             reads = None
         if refused:
-            self.out.append(_server_error("server is quiescent"))
+            self.out.append(_server_error("server is QUIESCENT"))
             return
         if not fetch:
             self.out.append(END)
@@ -588,7 +588,7 @@ class MemcacheConnection(asyncio.Protocol):
             self.out.append(_client_error("bad monitor arguments"))
             return
         if self.server.status is ServerStatus.QUIESCENT:
-            self.out.append(_server_error("server is quiescent"))
+            self.out.append(_server_error("server is QUIESCENT"))
             return
         reader = self.server.queues.reader(name, create=True)
         assert reader is not None
