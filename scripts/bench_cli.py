@@ -1,0 +1,566 @@
+"""scripts/bench: load tests for kestreld, side by side with memcached.
+
+Every command starts its own server(s) on a free loopback port, in a fresh
+queue folder, and stops them when done.  Run ``scripts/bench <command> --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import bench_report as report
+from bench_backlog import backlog_lines, run_backlog
+from bench_profile import Profiler, summarize
+from bench_servers import machine_description
+from bench_workloads import Row, Spec, measure, with_changes
+
+KiB, MiB, GiB = 1024, 1024**2, 1024**3
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": KiB,
+    "kb": KiB,
+    "kib": KiB,
+    "m": MiB,
+    "mb": MiB,
+    "mib": MiB,
+    "g": GiB,
+    "gb": GiB,
+    "gib": GiB,
+}
+
+
+def size_arg(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m[2].lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 64, 1KiB, 16MiB, 1GiB)")
+    return int(m[1]) * _UNITS[m[2].lower()]
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- arguments ----------------------------------------------------------------------------------------
+
+
+def common(p: argparse.ArgumentParser, *, servers: bool = True) -> None:
+    g = p.add_argument_group("run")
+    if servers:
+        g.add_argument(
+            "--server",
+            choices=("kestreld", "memcached", "both"),
+            default="kestreld",
+            help="which server(s) to run the workload against (default: kestreld)",
+        )
+    g.add_argument(
+        "--seconds",
+        type=float,
+        default=5.0,
+        help="time bound of the measured run: no new batch after it (default: 5)",
+    )
+    g.add_argument(
+        "--procs",
+        type=int,
+        default=2,
+        help="load generator processes, at least one per role (default: 2)",
+    )
+    g.add_argument(
+        "--workdir",
+        default=None,
+        help="where queue folders are created (default: the system temp folder)",
+    )
+    g.add_argument(
+        "--memcached-threads",
+        type=int,
+        default=None,
+        help="memcached -t (default: memcached's own default, 4)",
+    )
+    g.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    g.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="record the kestreld server with py-spy (-f raw) into DIR and print its top functions",
+    )
+    g.add_argument("--profile-native", action="store_true", help="py-spy --native (C frames too)")
+    g.add_argument("--markdown", action="store_true", help="print Markdown tables")
+
+
+def item_args(p: argparse.ArgumentParser, *, items: int, size: int = 1024, depth: int = 1) -> None:
+    g = p.add_argument_group("workload")
+    g.add_argument(
+        "--size", type=size_arg, default=size, help=f"item size, e.g. 64 or 1KiB (default: {size})"
+    )
+    g.add_argument(
+        "-n", "--items", type=int, default=items, help=f"upper bound on items (default: {items:,})"
+    )
+    g.add_argument(
+        "-d",
+        "--depth",
+        type=int,
+        default=depth,
+        help=f"requests in flight per connection (pipelining; default: {depth})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="Load tests for kestreld (in the spirit of Kestrel's), side by side with memcached. "
+        "Each figure comes with the server's CPU per operation (from /proc/<pid>/stat), its RSS, "
+        "the load generator's own CPU and the CPU the rest of the machine used meanwhile.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+        "  scripts/bench put-many -c 100 --size 1KiB --server both\n"
+        "  scripts/bench flood --reliable -p 50 -c 50\n"
+        "  scripts/bench compare --markdown-file BENCHMARKS-table.md\n"
+        "  scripts/bench backlog --size 1GiB --max-memory 16MiB\n"
+        "  scripts/bench profile --out /tmp/prof",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+
+    p = sub.add_parser(
+        "put-many",
+        help="C connections store N items (set-only)",
+        description="C connections each store their share of N items into one queue "
+        "(memcached: distinct keys). Kestrel's put-many.",
+    )
+    p.add_argument("-c", "--connections", type=int, default=10, help="connections (default: 10)")
+    p.add_argument(
+        "--sync-journal",
+        type=int,
+        default=None,
+        help="kestreld sync_journal; 0 = STORED only after fsync (group commit)",
+    )
+    item_args(p, items=100_000)
+    common(p)
+
+    p = sub.add_parser(
+        "get-drain",
+        help="C connections drain a prefilled queue",
+        description="The queue is prefilled with N items (not measured); C connections "
+        "then get until it is empty (memcached: get the prefilled keys). Each id must "
+        "arrive exactly once; what a time-bounded run leaves is drained and counted after.",
+    )
+    p.add_argument("-c", "--connections", type=int, default=10, help="connections (default: 10)")
+    item_args(p, items=100_000)
+    common(p)
+
+    p = sub.add_parser(
+        "flood",
+        help="producers and consumers at once (Kestrel's flood)",
+        description="P producers and C consumers run at once; consumers use get q/t=ms, "
+        "or with --reliable the open/close loop get q/close/open/t=ms. Checks every item "
+        "arrives exactly once. memcached: set k + get k per item.",
+    )
+    p.add_argument(
+        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
+    )
+    p.add_argument(
+        "-c", "--consumers", type=int, default=1, help="consumer connections (default: 1)"
+    )
+    p.add_argument("--reliable", action="store_true", help="consumers use get q/close/open")
+    p.add_argument("--wait-ms", type=int, default=100, help="consumers' /t= (default: 100)")
+    item_args(p, items=100_000)
+    common(p)
+
+    p = sub.add_parser(
+        "leaky-reader",
+        help="reliable readers that give back or drop some items",
+        description="P producers, C reliable readers (get q/close/open). Each open item "
+        "is given back with /abort at --abort-rate, or its connection is dropped at "
+        "--drop-rate; every item must still be confirmed exactly once. kestreld only.",
+    )
+    p.add_argument(
+        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
+    )
+    p.add_argument(
+        "-c", "--consumers", type=int, default=10, help="reader connections (default: 10)"
+    )
+    p.add_argument(
+        "--abort-rate", type=float, default=0.02, help="fraction aborted (default: 0.02)"
+    )
+    p.add_argument("--drop-rate", type=float, default=0.01, help="fraction dropped (default: 0.01)")
+    p.add_argument("--wait-ms", type=int, default=100, help="readers' /t= (default: 100)")
+    item_args(p, items=20_000)
+    common(p)
+
+    p = sub.add_parser(
+        "fanout",
+        help="producers into a fanout queue read by R readers",
+        description="Queue 'fan' (fanout_only) with readers fan+r1..rR; P producers store N "
+        "items, each reader must get every one exactly once. memcached: set k + R x get k.",
+    )
+    p.add_argument(
+        "-p", "--producers", type=int, default=10, help="producer connections (default: 10)"
+    )
+    p.add_argument("-r", "--readers", type=int, default=3, help="fanout readers (default: 3)")
+    p.add_argument("--wait-ms", type=int, default=100, help="readers' /t= (default: 100)")
+    item_args(p, items=100_000, depth=16)
+    common(p)
+
+    p = sub.add_parser(
+        "many-clients",
+        help="many blocked readers, a trickling producer",
+        description="C connections wait in get q/t=1000 while P producers trickle items at "
+        "--rate items/s each (Kestrel's many-clients). Every item must reach exactly one "
+        "reader. kestreld only.",
+    )
+    p.add_argument(
+        "-c", "--consumers", type=int, default=1000, help="waiting connections (default: 1000)"
+    )
+    p.add_argument(
+        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=2000,
+        help="items/s per producer; 0 = flat out (default: 2000)",
+    )
+    item_args(p, items=10_000)
+    common(p)
+
+    p = sub.add_parser(
+        "compare",
+        help="the whole matrix against kestreld and memcached, with the targets",
+        description="Runs every workload of the matrix against a fresh kestreld and a fresh "
+        "memcached, one after the other, and prints the side-by-side table, the "
+        "kestreld/memcached ratios and the issue-7 targets.",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a small matrix (1 KiB; 1 and 100 conns), 1.5 s rows"
+    )
+    p.add_argument("--only", metavar="REGEX", help="only rows whose key matches (e.g. 'c100')")
+    p.add_argument("--list", action="store_true", help="list the rows' keys and exit")
+    p.add_argument(
+        "--backlog",
+        type=size_arg,
+        default=0,
+        metavar="SIZE",
+        help="also run the backlog/restart test with SIZE queued (e.g. 1GiB)",
+    )
+    p.add_argument(
+        "--markdown-file", metavar="FILE", help="write the tables and machine as Markdown"
+    )
+    common(p, servers=False)
+
+    p = sub.add_parser(
+        "backlog",
+        help="RSS with a large backlog, restart to first item, drain rate",
+        description="Queues SIZE bytes at max_memory_size MAX, restarts kestreld on it "
+        "and times spawn -> first item served, then drains it on one pipelined "
+        "connection. Prints RSS at each stage.",
+    )
+    p.add_argument("--size", type=size_arg, default=GiB, help="bytes to queue (default: 1GiB)")
+    p.add_argument("--item-size", type=size_arg, default=KiB, help="item size (default: 1KiB)")
+    p.add_argument(
+        "--max-memory", type=size_arg, default=16 * MiB, help="max_memory_size (default: 16MiB)"
+    )
+    p.add_argument(
+        "--drain-seconds", type=float, default=180, help="time bound of the drain (default: 180)"
+    )
+    p.add_argument("--workdir", default=None, help="where the queue folder is created")
+    p.add_argument("--procs", type=int, default=2, help="load generator processes while loading")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+
+    p = sub.add_parser(
+        "profile",
+        help="py-spy the server under the 100-connection set and get workloads",
+        description="Runs put-many and get-drain (1 KiB, 100 connections) against kestreld "
+        "with py-spy record -f raw attached, and prints the top functions (self and "
+        "inclusive). Throughput of a profiled run is not a benchmark figure.",
+    )
+    p.add_argument(
+        "--out", default=None, help="folder for the raw profiles (default: a temp folder)"
+    )
+    p.add_argument("-c", "--connections", type=int, default=100, help="connections (default: 100)")
+    p.add_argument("--size", type=size_arg, default=KiB, help="item size (default: 1KiB)")
+    p.add_argument("--seconds", type=float, default=8, help="seconds per workload (default: 8)")
+    p.add_argument("--native", action="store_true", help="py-spy --native")
+    p.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default: 250)")
+    p.add_argument("--top", type=int, default=25, help="functions to list (default: 25)")
+    p.add_argument("--procs", type=int, default=2, help="load generator processes")
+    return parser
+
+
+# --- running -------------------------------------------------------------------------------------------
+
+
+def spec_from(args: argparse.Namespace) -> Spec:
+    spec = Spec(
+        args.command,
+        size=args.size,
+        items=args.items,
+        depth=args.depth,
+        seconds=args.seconds,
+        procs=args.procs,
+    )
+    if args.command in ("put-many", "get-drain"):
+        spec.connections = args.connections
+    else:
+        spec.producers = args.producers
+    if args.command == "put-many":
+        spec.sync_journal = args.sync_journal
+    if args.command in ("flood", "leaky-reader", "many-clients"):
+        spec.connections = args.consumers
+    if args.command == "flood":
+        spec.reliable = args.reliable
+    if args.command == "leaky-reader":
+        spec.abort_rate, spec.drop_rate = args.abort_rate, args.drop_rate
+    if args.command == "fanout":
+        spec.readers = args.readers
+    if args.command == "many-clients":
+        spec.rate = args.rate
+    if hasattr(args, "wait_ms"):
+        spec.wait_ms = args.wait_ms
+    return spec
+
+
+def run_rows(specs: list[Spec], servers: list[str], args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    for i, spec in enumerate(specs, 1):
+        for server in servers:
+            profile = None
+            if getattr(args, "profile", None) and server == "kestreld":
+                Path(args.profile).mkdir(parents=True, exist_ok=True)
+                raw = Path(args.profile) / f"{spec.key}.txt"
+                profile = (raw, lambda pid, raw=raw: Profiler(pid, raw, native=args.profile_native))
+            log(f"[{i}/{len(specs)}] {spec.key} on {server}: {spec.describe()}")
+            row = measure(
+                spec,
+                server,
+                workdir=args.workdir,
+                memcached_threads=args.memcached_threads,
+                profiler_factory=profile[1] if profile else None,
+            )
+            if row is None:
+                log("    (no memcached analog)")
+                continue
+            rows.append(row)
+            log(
+                f"    {row.rate:,.0f} {row.unit}s/s  p99 {row.p99_ms:.2f} ms  server {row.server_us:.1f} us/{row.unit} "
+                f"({row.server_cores:.2f} cores)  client {row.client_cores:.2f} cores  others {row.others_cores:.2f}  "
+                f"RSS {row.rss_mib:.1f} MiB  {row.check}"
+                + (f"  ERRORS {row.errors}: {row.error_samples}" if row.errors else "")
+            )
+            if profile:
+                log(summarize(profile[0]))
+    return rows
+
+
+def compare_matrix(quick: bool, seconds: float, procs: int) -> list[Spec]:
+    base = Spec("put-many", seconds=seconds, procs=procs)
+    specs: list[Spec] = []
+    sizes = (1024,) if quick else (64, 1024)
+    conns = (1, 100) if quick else (1, 10, 100, 1000)
+
+    def items(size: int) -> int:
+        return 20_000 if quick else (200_000 if size < 1024 else 100_000)
+
+    for workload in ("put-many", "get-drain"):
+        for size in sizes:
+            for c in conns:
+                specs.append(
+                    with_changes(
+                        base, workload=workload, size=size, connections=c, items=items(size)
+                    )
+                )
+            specs.append(
+                with_changes(
+                    base, workload=workload, size=size, connections=1, depth=100, items=items(size)
+                )
+            )
+    n = items(1024)
+    specs.append(
+        with_changes(base, workload="flood", reliable=True, producers=1, connections=1, items=n)
+    )
+    specs.append(
+        with_changes(base, workload="flood", reliable=True, producers=50, connections=50, items=n)
+    )
+    specs.append(with_changes(base, workload="flood", producers=1, connections=1, items=n))
+    specs.append(with_changes(base, workload="fanout", producers=10, readers=3, depth=16, items=n))
+    specs.append(
+        with_changes(base, workload="leaky-reader", producers=1, connections=10, items=n // 5)
+    )
+    specs.append(
+        with_changes(
+            base,
+            workload="many-clients",
+            producers=1,
+            connections=1000 if not quick else 100,
+            rate=2000,
+            items=int(2000 * seconds),
+        )
+    )
+    for c in (1, 100) if quick else (1, 10, 100):
+        specs.append(
+            with_changes(base, workload="put-many", sync_journal=0, connections=c, items=n)
+        )
+    return specs
+
+
+def write_json(path: str, payload: dict) -> None:
+    Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    log(f"wrote {path}")
+
+
+def cmd_workload(args: argparse.Namespace) -> int:
+    spec = spec_from(args)
+    servers = ["kestreld", "memcached"] if args.server == "both" else [args.server]
+    machine = machine_description() if "memcached" in servers else None
+    rows = run_rows([spec], servers, args)
+    print(
+        report.compare_table(rows, args.markdown)
+        if len(servers) > 1
+        else report.rows_table(rows, args.markdown)
+    )
+    if args.json:
+        write_json(
+            args.json,
+            {"machine": machine or machine_description(), "rows": [r.to_json() for r in rows]},
+        )
+    return 1 if any(r.errors or "FAILED" in r.check for r in rows) else 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    specs = compare_matrix(args.quick, args.seconds, args.procs)
+    if args.only:
+        specs = [s for s in specs if re.search(args.only, s.key)]
+    if args.list:
+        for s in specs:
+            print(f"{s.key:32} {s.describe()}")
+        return 0
+    from bench_servers import ensure_memcached
+
+    ensure_memcached()
+    machine = machine_description()
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    log(f"compare: {len(specs)} workloads x 2 servers; machine {machine}")
+    rows = run_rows(specs, ["kestreld", "memcached"], args)
+    backlog = None
+    if args.backlog:
+        backlog = run_backlog(size=args.backlog, workdir=args.workdir, procs=args.procs, log=log)
+    machine["loadavg at end"] = machine_description()["loadavg"]
+    machine["loadavg"] = machine.pop("loadavg")
+    targets = report.evaluate(rows, backlog)
+    command = "scripts/bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print()
+    print(report.compare_table(rows, args.markdown))
+    if backlog:
+        print()
+        for k, v in backlog_lines(backlog):
+            print(f"{k:62} {v}")
+    print()
+    print(report.targets_table(targets, args.markdown))
+    if args.markdown_file:
+        md = [
+            f"Run {started}: `{command}`",
+            "",
+            "Machine:",
+            *report.machine_lines(machine),
+            "",
+            report.compare_table(rows, True),
+            "",
+        ]
+        if backlog:
+            md += [
+                report.markdown_table(
+                    ("backlog", "figure"), [list(x) for x in backlog_lines(backlog)]
+                ),
+                "",
+            ]
+        md += [report.targets_table(targets, True), ""]
+        Path(args.markdown_file).write_text("\n".join(md))
+        log(f"wrote {args.markdown_file}")
+    if args.json:
+        write_json(
+            args.json,
+            {
+                "command": command,
+                "started": started,
+                "machine": machine,
+                "rows": [r.to_json() for r in rows],
+                "backlog": backlog,
+                "targets": [
+                    dict(zip(report.TARGET_COLUMNS, t.cells(), strict=True)) for t in targets
+                ],
+            },
+        )
+    return 1 if any(r.errors or "FAILED" in r.check for r in rows) else 0
+
+
+def cmd_backlog(args: argparse.Namespace) -> int:
+    machine = machine_description()
+    b = run_backlog(
+        size=args.size,
+        item_size=args.item_size,
+        max_memory=args.max_memory,
+        drain_seconds=args.drain_seconds,
+        workdir=args.workdir,
+        procs=args.procs,
+        log=log,
+    )
+    machine["loadavg at end"] = machine_description()["loadavg"]
+    print(f"machine: {machine}")
+    for k, v in backlog_lines(b):
+        print(f"{k:62} {v}")
+    targets = [t for t in report.evaluate([], b) if t.value is not None]
+    print()
+    print(report.targets_table(targets))
+    if args.json:
+        write_json(args.json, {"machine": machine, "backlog": b})
+    return 1 if "FAILED" in b["check"] else 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    out = Path(args.out or tempfile.mkdtemp(prefix="kestreld-profile-"))
+    out.mkdir(parents=True, exist_ok=True)
+    base = Spec(
+        "put-many",
+        size=args.size,
+        connections=args.connections,
+        seconds=args.seconds,
+        items=10_000_000,
+        procs=args.procs,
+    )
+    for spec in (base, with_changes(base, workload="get-drain", items=int(40_000 * args.seconds))):
+        raw = out / f"{spec.key}.txt"
+        log(f"profiling {spec.describe()} -> {raw}")
+        row = measure(
+            spec,
+            "kestreld",
+            profiler_factory=lambda pid, raw=raw: Profiler(
+                pid, raw, rate=args.rate, native=args.native
+            ),
+        )
+        assert row is not None
+        print(
+            f"== {spec.describe()}: {row.rate:,.0f} {row.unit}s/s under py-spy, "
+            f"server {row.server_us:.1f} us/{row.unit}"
+        )
+        print(summarize(raw, args.top))
+        print()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "compare":
+        return cmd_compare(args)
+    if args.command == "backlog":
+        return cmd_backlog(args)
+    if args.command == "profile":
+        return cmd_profile(args)
+    return cmd_workload(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

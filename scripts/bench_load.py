@@ -1,0 +1,769 @@
+"""The load generator: worker processes, each driving many raw-socket connections.
+
+A workload is a list of :class:`Role` (producers, consumers, fanout readers...).
+Each role's connections are split over a few worker processes; a worker
+connects all of its sockets, waits at a barrier with the others, then drives
+them from one epoll loop: it sends a batch of ``depth`` pre-built requests on
+a connection, parses the replies as they arrive, records the batch's latency
+(send of the batch to its last reply) and sends the next batch at once.
+
+Every item carries its id in its first 16 bytes, so consumers can count how
+many times each id arrived (the exactly-once check).  Every loop is bounded:
+by its item count, by ``seconds`` (no new batch after the deadline) and by a
+stall timeout.
+"""
+
+from __future__ import annotations
+
+import array
+import multiprocessing as mp
+import os
+import random
+import select
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+
+ID_DIGITS = 16
+STORED = b"STORED\r\n"
+VALUE_END = b"\r\nEND\r\n"
+#: Pre-build every request of a worker when they take at most this many bytes.
+PREBUILD_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Role:
+    """One kind of connection in a workload and what it must achieve.
+
+    ``kind``: ``set`` (store ``count`` items), ``get`` (receive items),
+    ``reliable`` (``get q/close/open`` loop), ``pair`` (memcached's analog of
+    a queue hand-off: ``set k`` then ``get k`` ``reads`` times, per item).
+    """
+
+    name: str
+    kind: str
+    connections: int
+    count: int
+    size: int = 1024
+    depth: int = 1
+    queue: str = "bench"
+    distinct_keys: bool = False  # memcached: one key per item (k<id>)
+    wait_ms: int = 0  # get /t=<ms>
+    shared_stop: bool = False  # connections race on one queue: stop when the role has `count`
+    stop_on_miss: bool = False  # a miss means the queue is drained
+    verify: bool = False  # count the ids received (exactly-once check)
+    reads: int = 1  # pair: gets per set
+    abort_rate: float = 0.0  # reliable: give this fraction of open reads back (/abort)
+    drop_rate: float = 0.0  # reliable: drop the connection holding this fraction of open reads
+    rate: float = 0.0  # items per second per connection; 0 = as fast as replies come
+
+    def id_range(self, index: int) -> tuple[int, int]:
+        """Ids [lo, hi) produced (or fetched by key) by connection ``index``."""
+        return (
+            self.count * index // self.connections,
+            self.count * (index + 1) // self.connections,
+        )
+
+
+@dataclass(slots=True)
+class RoleResult:
+    """What a role's connections did, merged over its workers."""
+
+    role: Role
+    requests: int = 0  # replies received
+    items: int = 0  # the role's unit: stored, received, confirmed, handed over
+    misses: int = 0
+    errors: int = 0
+    aborted: int = 0
+    dropped: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    latencies: array.array = field(default_factory=lambda: array.array("d"))
+    first: float = 0.0
+    last: float = 0.0  # the last reply that counted an item
+    cpu: float = 0.0  # client CPU seconds
+    ids: bytes | None = None  # per id: how many times it arrived (saturating at 255)
+
+    def merge(self, part: dict) -> None:
+        self.requests += part["requests"]
+        self.items += part["items"]
+        self.misses += part["misses"]
+        self.errors += part["errors"]
+        self.aborted += part["aborted"]
+        self.dropped += part["dropped"]
+        self.error_samples += part["error_samples"][: 5 - len(self.error_samples)]
+        lat = array.array("d")
+        lat.frombytes(part["latencies"])
+        self.latencies.extend(lat)
+        if part["first"]:
+            self.first = min(self.first, part["first"]) if self.first else part["first"]
+        self.last = max(self.last, part["last"])
+        self.cpu += part["cpu"]
+        if part["ids"] is not None:
+            ids = part["ids"]
+            self.ids = ids if self.ids is None else bytes(map(_add_saturating, self.ids, ids))
+
+    def percentiles(self, *qs: float) -> list[float]:
+        """Batch latencies (seconds) at these quantiles; 1.0 is the maximum."""
+        lat = sorted(self.latencies)
+        if not lat:
+            return [0.0 for _ in qs]
+        return [lat[min(len(lat) - 1, int(q * (len(lat) - 1) + 0.5))] for q in qs]
+
+    def exactly_once(self) -> tuple[int, int]:
+        """(missing ids, ids that arrived more than once)."""
+        if self.ids is None:
+            return (0, 0)
+        missing = self.ids.count(0)
+        return missing, len(self.ids) - missing - self.ids.count(1)
+
+
+def _add_saturating(a: int, b: int) -> int:
+    return min(255, a + b)
+
+
+@dataclass(slots=True)
+class LoadResult:
+    roles: dict[str, RoleResult]
+    started: float  # perf_counter when the barrier opened
+    ended: float  # when the last worker reported
+    workers: int
+
+    @property
+    def client_cpu(self) -> float:
+        return sum(r.cpu for r in self.roles.values())
+
+    def window(self, names: list[str] | None = None) -> float:
+        """Seconds from the start to the last reply of these roles (all by default)."""
+        roles = [self.roles[n] for n in names] if names else list(self.roles.values())
+        last = max((r.last for r in roles), default=0.0)
+        return max(1e-9, last - self.started)
+
+
+# --- requests and items ------------------------------------------------------------------
+
+
+def item_data(id_: int, size: int) -> bytes:
+    return (b"%016d" % id_) + b"x" * (size - ID_DIGITS)
+
+
+def _set_format(role: Role, distinct: bool | None = None) -> bytes:
+    """A %-format for one set request; takes the item id (twice for distinct keys)."""
+    if role.size < ID_DIGITS:
+        raise ValueError(f"items must be at least {ID_DIGITS} bytes")
+    tail = b"%016d" + b"x" * (role.size - ID_DIGITS) + b"\r\n"
+    if role.distinct_keys if distinct is None else distinct:
+        return b"set k%%d 0 0 %d\r\n" % role.size + tail
+    return b"set %s 0 0 %d\r\n" % (role.queue.encode(), role.size) + tail
+
+
+# --- connections ------------------------------------------------------------------------------
+
+
+class Connection:
+    """One socket and its batch in flight.  Subclasses say what to send and what a reply means."""
+
+    def __init__(self, worker: Worker, role: Role, index: int) -> None:
+        self.worker = worker
+        self.role = role
+        self.index = index
+        self.sock = worker.connect()
+        self.buf = bytearray()
+        self.expected = 0  # replies still due for the batch in flight
+        self.batch_items = 0
+        self.items_at_send = 0
+        self.sent_at = 0.0
+        self.done = False
+
+    # what subclasses provide
+    def next_batch(self) -> tuple[bytes, int, int] | None:
+        """(request bytes, replies expected, items it stands for), or None when finished."""
+        raise NotImplementedError
+
+    def on_value(self, buf: bytearray, start: int, size: int) -> None:
+        raise NotImplementedError
+
+    def on_line(self, line: bytes) -> None:
+        raise NotImplementedError
+
+    def batch_finished(self) -> bool:
+        """Called after each batch; True when this connection is done."""
+        return False
+
+    def finish(self) -> None:
+        """Last words before the socket closes (e.g. confirm the open read)."""
+
+    # the mechanics
+    def send_next(self) -> None:
+        w = self.worker
+        if time.perf_counter() >= w.deadline:
+            self.close()
+            return
+        batch = self.next_batch()
+        if batch is None:
+            self.close()
+            return
+        data, self.expected, self.batch_items = batch
+        self.items_at_send = w.items
+        self.sent_at = time.perf_counter()
+        if w.first == 0.0:
+            w.first = self.sent_at
+        self.sock.sendall(data)
+
+    def on_data(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        n = len(buf)
+        while self.expected:
+            if buf.startswith(b"VALUE ", pos):
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                size = int(buf[buf.rfind(b" ", pos, eol) + 1 : eol])
+                start = eol + 2
+                end = start + size + 7
+                if n < end:
+                    break
+                if buf[start + size : end] != VALUE_END:
+                    self.worker.error(f"reply out of step after {size}-byte value")
+                    self.close()
+                    return
+                self.on_value(buf, start, size)
+                pos = end
+            else:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                self.on_line(bytes(buf[pos:eol]))
+                pos = eol + 2
+            self.expected -= 1
+            self.worker.requests += 1
+        if pos:
+            del buf[:pos]
+        if not self.expected and not self.done:
+            self.batch_done()
+
+    def batch_done(self) -> None:
+        w = self.worker
+        now = time.perf_counter()
+        w.latencies.append(now - self.sent_at)
+        if w.items != self.items_at_send:
+            w.last = now  # the window ends at the last reply that counted an item
+        if self.batch_finished():
+            self.close()
+        elif self.role.rate > 0:
+            due = self.sent_at + self.batch_items / self.role.rate
+            if due > now:
+                w.sleep(self, due)
+                return
+            self.send_next()
+        else:
+            self.send_next()
+
+    def close(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.finish()
+        except OSError as e:
+            self.worker.error(f"finish: {e}")
+        self.worker.forget(self)
+        self.sock.close()
+
+    def reconnect(self) -> None:
+        """Drop the connection (the server gives its open reads back) and open a new one."""
+        self.worker.forget(self, closing=False)
+        self.sock.close()
+        self.buf.clear()
+        self.sock = self.worker.connect()
+        self.worker.watch(self)
+
+
+class SetConnection(Connection):
+    """Stores the ids of its range, ``depth`` sets per batch."""
+
+    def __init__(self, worker: Worker, role: Role, index: int) -> None:
+        super().__init__(worker, role, index)
+        lo, hi = role.id_range(index)
+        fmt = _set_format(role)
+        args = (lambda i: (i, i)) if role.distinct_keys else (lambda i: i)
+        depth = role.depth
+        self.batches = (
+            [
+                fmt * min(depth, hi - i) % _flatten(args, range(i, min(hi, i + depth)))
+                for i in range(lo, hi, depth)
+            ]
+            if worker.prebuild
+            else None
+        )
+        self.lo, self.hi, self.next_id, self.fmt, self.args = lo, hi, lo, fmt, args
+        self.batch_no = 0
+        self.reply_id = lo
+
+    def next_batch(self) -> tuple[bytes, int, int] | None:
+        i = self.next_id
+        if i >= self.hi:
+            return None
+        n = min(self.role.depth, self.hi - i)
+        self.next_id = i + n
+        self.reply_id = i  # the id the next STORED stands for
+        if self.batches is not None:
+            data = self.batches[self.batch_no]
+            self.batch_no += 1
+        else:
+            data = self.fmt * n % _flatten(self.args, range(i, i + n))
+        return data, n, n
+
+    def on_data(self, data: bytes) -> None:
+        n = self.expected
+        if not self.buf and len(data) == 8 * n and data == STORED * n:
+            w = self.worker
+            w.requests += n
+            w.items += n
+            if w.ids is not None:
+                for i in range(self.reply_id, self.reply_id + n):
+                    w.count_id(i)
+            self.expected = 0
+            self.batch_done()
+        else:
+            super().on_data(data)
+
+    def on_line(self, line: bytes) -> None:
+        w = self.worker
+        if line == b"STORED":
+            w.items += 1
+            if w.ids is not None:
+                w.count_id(self.reply_id)
+        else:
+            w.error(line.decode("ascii", "replace"))
+        self.reply_id += 1
+
+    def on_value(self, buf: bytearray, start: int, size: int) -> None:
+        self.worker.error("VALUE in reply to set")
+
+
+def _flatten(args, ids: range) -> tuple:
+    out: list[int] = []
+    for i in ids:
+        a = args(i)
+        if isinstance(a, tuple):
+            out.extend(a)
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+class GetConnection(Connection):
+    """``get <queue>[/t=ms]`` until the role has its items (or the queue is dry),
+    or ``get k<id>`` over its id range (memcached)."""
+
+    def __init__(self, worker: Worker, role: Role, index: int) -> None:
+        super().__init__(worker, role, index)
+        if role.distinct_keys:
+            self.lo, self.hi = role.id_range(index)
+            self.quota = self.hi - self.lo
+        else:
+            wait = b"/t=%d" % role.wait_ms if role.wait_ms else b""
+            self.request = b"get %s%s\r\n" % (role.queue.encode(), wait)
+            self.quota = (
+                role.count
+                if role.shared_stop
+                else role.id_range(index)[1] - role.id_range(index)[0]
+            )
+        self.got = 0
+        self.asked = 0
+        self.batch_hits = 0
+        self.missed = False
+
+    def next_batch(self) -> tuple[bytes, int, int] | None:
+        role = self.role
+        if role.distinct_keys:
+            i = self.lo + self.asked
+            n = min(role.depth, self.hi - i)
+            if n <= 0:
+                return None
+            self.asked += n
+            return b"".join(b"get k%d\r\n" % k for k in range(i, i + n)), n, n
+        n = role.depth if role.shared_stop else min(role.depth, self.quota - self.got)
+        if n <= 0:
+            return None
+        self.batch_hits = 0
+        return self.request * n, n, n
+
+    def on_value(self, buf: bytearray, start: int, size: int) -> None:
+        w = self.worker
+        w.items += 1
+        self.got += 1
+        self.batch_hits += 1
+        if w.ids is not None:
+            w.count_id(int(buf[start : start + ID_DIGITS]))
+
+    def on_line(self, line: bytes) -> None:
+        if line == b"END":
+            self.worker.misses += 1
+            self.missed = True
+            if self.role.distinct_keys:
+                self.worker.error("memcached miss on a key that was set")
+        else:
+            self.worker.error(line.decode("ascii", "replace"))
+
+    def batch_finished(self) -> bool:
+        role = self.role
+        if role.shared_stop:
+            return self.worker.add_shared(self.batch_hits) >= role.count
+        if self.missed and role.stop_on_miss:
+            return True
+        return self.got >= self.quota
+
+
+class ReliableConnection(Connection):
+    """The reliable-read loop: ``get q/close/open/t=ms`` confirms the previous item and opens
+    the next.  With leak rates it sometimes gives an item back (``/abort``) or drops the
+    connection while holding one; the item must then arrive again, elsewhere."""
+
+    def __init__(self, worker: Worker, role: Role, index: int) -> None:
+        super().__init__(worker, role, index)
+        q = role.queue.encode()
+        wait = b"/t=%d" % role.wait_ms if role.wait_ms else b""
+        self.loop_request = b"get %s/close/open%s\r\n" % (q, wait)
+        self.abort_request = b"get %s/abort\r\n" % q
+        self.close_request = b"get %s/close\r\n" % q
+        self.leaky = role.abort_rate > 0 or role.drop_rate > 0
+        self.depth = 1 if self.leaky else role.depth
+        self.open_id: int | None = None
+        self.aborting = False
+        self.batch_taken = 0
+        self.rng = random.Random(index)
+
+    def next_batch(self) -> tuple[bytes, int, int] | None:
+        self.batch_taken = 0
+        if self.aborting:
+            return self.abort_request, 1, 0
+        return self.loop_request * self.depth, self.depth, self.depth
+
+    def _confirm(self) -> None:
+        if self.open_id is not None:
+            w = self.worker
+            w.items += 1
+            if w.ids is not None:
+                w.count_id(self.open_id)
+            self.open_id = None
+
+    def on_value(self, buf: bytearray, start: int, size: int) -> None:
+        self._confirm()  # this request closed the previous open read first
+        self.open_id = int(buf[start : start + ID_DIGITS])
+        self.batch_taken += 1
+
+    def on_line(self, line: bytes) -> None:
+        if line != b"END":
+            self.worker.error(line.decode("ascii", "replace"))
+            return
+        if self.aborting:  # the abort's reply: the item went back to the queue
+            self.aborting = False
+            self.open_id = None
+            self.worker.aborted += 1
+            self.batch_taken -= 1
+        else:
+            self._confirm()
+            self.worker.misses += 1
+
+    def batch_finished(self) -> bool:
+        if self.leaky and self.open_id is not None and not self.aborting:
+            roll = self.rng.random()
+            if roll < self.role.abort_rate:
+                self.aborting = True
+            elif roll < self.role.abort_rate + self.role.drop_rate:
+                self.open_id = None
+                self.worker.dropped += 1
+                self.batch_taken -= 1
+                self.reconnect()
+        taken = self.worker.add_shared(self.batch_taken)
+        return taken >= self.role.count and not self.aborting
+
+    def finish(self) -> None:
+        if self.open_id is None:
+            return
+        self.sock.sendall(self.close_request)
+        buf = bytes(self.buf)
+        while b"END\r\n" not in buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise OSError("closed before confirming")
+            buf += chunk
+        self._confirm()
+
+
+class PairConnection(Connection):
+    """memcached's analog of a queue hand-off: per item ``set k<id>`` then ``get k<id>``
+    ``reads`` times, pipelined ``depth`` items at a time."""
+
+    def __init__(self, worker: Worker, role: Role, index: int) -> None:
+        super().__init__(worker, role, index)
+        self.lo, self.hi = role.id_range(index)
+        self.next_id = self.lo
+        self.fmt = _set_format(role, distinct=True) + b"get k%d\r\n" * role.reads
+
+    def next_batch(self) -> tuple[bytes, int, int] | None:
+        i = self.next_id
+        n = min(self.role.depth, self.hi - i)
+        if n <= 0:
+            return None
+        self.next_id += n
+        per = self.role.reads + 2  # the set format takes the id twice
+        data = self.fmt * n % tuple(k for k in range(i, i + n) for _ in range(per))
+        return data, n * (1 + self.role.reads), n
+
+    def on_line(self, line: bytes) -> None:
+        if line == b"STORED":
+            self.worker.items += 1
+        else:
+            self.worker.error(line.decode("ascii", "replace"))
+
+    def on_value(self, buf: bytearray, start: int, size: int) -> None:
+        w = self.worker
+        if w.ids is not None:
+            w.count_id(int(buf[start : start + ID_DIGITS]))
+
+
+CONNECTIONS = {
+    "set": SetConnection,
+    "get": GetConnection,
+    "reliable": ReliableConnection,
+    "pair": PairConnection,
+}
+
+
+# --- the worker process ------------------------------------------------------------------------
+
+
+class Worker:
+    """One process: its share of one role's connections, driven from one epoll loop."""
+
+    def __init__(self, role: Role, indexes: range, port: int, shared, seconds: float) -> None:
+        self.role = role
+        self.indexes = indexes
+        self.port = port
+        self.shared = shared
+        self.seconds = seconds
+        self.deadline = float("inf")
+        self.epoll = select.epoll()
+        self.by_fd: dict[int, Connection] = {}
+        self.sleeping: list[tuple[float, Connection]] = []
+        self.active = 0
+        self.requests = self.items = self.misses = self.errors = 0
+        self.aborted = self.dropped = 0
+        self.error_samples: list[str] = []
+        self.latencies = array.array("d")
+        self.first = self.last = 0.0
+        self.ids = bytearray(role.count) if role.verify else None
+        if role.kind in ("set", "pair"):
+            need = len(indexes) * (role.count // max(1, role.connections) + 1) * (role.size + 40)
+        else:
+            need = 0
+        self.prebuild = need <= PREBUILD_BYTES
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)  # blocking: recv only runs after epoll said readable
+        return sock
+
+    def watch(self, conn: Connection) -> None:
+        fd = conn.sock.fileno()
+        self.by_fd[fd] = conn
+        self.epoll.register(fd, select.EPOLLIN)
+
+    def forget(self, conn: Connection, closing: bool = True) -> None:
+        fd = conn.sock.fileno()
+        if self.by_fd.get(fd) is conn:
+            del self.by_fd[fd]
+            self.epoll.unregister(fd)
+        if closing:
+            self.active -= 1
+
+    def sleep(self, conn: Connection, due: float) -> None:
+        self.sleeping.append((due, conn))
+
+    def error(self, what: str) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 5:
+            self.error_samples.append(what)
+
+    def count_id(self, id_: int) -> None:
+        ids = self.ids
+        assert ids is not None
+        if 0 <= id_ < len(ids):
+            if ids[id_] < 255:
+                ids[id_] += 1
+        else:
+            self.error(f"unknown item id {id_}")
+
+    def add_shared(self, n: int) -> int:
+        if n:
+            with self.shared.get_lock():
+                self.shared.value += n
+                return self.shared.value
+        return self.shared.value
+
+    def run(self, barrier, stall: float) -> dict:
+        cls = CONNECTIONS[self.role.kind]
+        conns = [cls(self, self.role, i) for i in self.indexes]
+        for c in conns:
+            self.watch(c)
+        self.active = len(conns)
+        barrier.wait()
+        cpu0 = time.process_time()
+        self.deadline = time.perf_counter() + self.seconds
+        for c in conns:
+            c.send_next()
+        last_event = time.perf_counter()
+        by_fd = self.by_fd
+        while self.active > 0:
+            timeout = 0.05
+            if self.sleeping:
+                now = time.perf_counter()
+                due = min(d for d, _ in self.sleeping)
+                if due <= now:
+                    ready = [c for d, c in self.sleeping if d <= now]
+                    self.sleeping = [(d, c) for d, c in self.sleeping if d > now]
+                    for c in ready:
+                        c.send_next()
+                    continue
+                timeout = min(timeout, due - now)
+            events = self.epoll.poll(timeout)
+            if events:
+                last_event = time.perf_counter()
+            elif time.perf_counter() - last_event > stall and not self.sleeping:
+                self.error(f"stalled: no reply for {stall:.0f} s on {self.active} connections")
+                break
+            for fd, _ in events:
+                conn = by_fd.get(fd)
+                if conn is None:
+                    continue
+                try:
+                    data = conn.sock.recv(1 << 18)
+                except OSError as e:
+                    data = b""
+                    self.error(f"recv: {e}")
+                if not data:
+                    self.error("server closed the connection")
+                    conn.expected = 0
+                    conn.close()
+                    continue
+                conn.on_data(data)
+        return {
+            "role": self.role.name,
+            "requests": self.requests,
+            "items": self.items,
+            "misses": self.misses,
+            "errors": self.errors,
+            "aborted": self.aborted,
+            "dropped": self.dropped,
+            "error_samples": self.error_samples,
+            "latencies": self.latencies.tobytes(),
+            "first": self.first,
+            "last": self.last,
+            "cpu": time.process_time() - cpu0,
+            "ids": bytes(self.ids) if self.ids is not None else None,
+        }
+
+
+def _worker_main(role, indexes, port, shared, seconds, stall, barrier, out) -> None:
+    try:
+        worker = Worker(role, indexes, port, shared, seconds)
+        out.put(worker.run(barrier, stall))
+    except BaseException as e:  # report it, and never leave the others at the barrier
+        barrier.abort()
+        out.put({"role": role.name, "failed": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
+
+
+# --- the parent ----------------------------------------------------------------------------------
+
+
+class LoadFailed(Exception):
+    pass
+
+
+def split(n: int, parts: int) -> list[range]:
+    return [
+        range(n * i // parts, n * (i + 1) // parts)
+        for i in range(parts)
+        if n * i // parts < n * (i + 1) // parts
+    ]
+
+
+def run(
+    roles: list[Role],
+    port: int,
+    *,
+    seconds: float,
+    procs: int = 2,
+    stall: float = 30.0,
+    on_start=None,
+) -> LoadResult:
+    """Run the roles at once against 127.0.0.1:port; ``on_start()`` is called as they go."""
+    ctx = mp.get_context("fork")
+    total = sum(r.connections for r in roles)
+    out = ctx.Queue()
+    plan = []
+    for role in roles:
+        workers = max(1, min(role.connections, round(procs * role.connections / total)))
+        shared = ctx.Value("q", 0)
+        for indexes in split(role.connections, workers):
+            plan.append((role, indexes, shared))
+    barrier = ctx.Barrier(len(plan) + 1)
+    processes = [
+        ctx.Process(
+            target=_worker_main,
+            args=(role, indexes, port, shared, seconds, stall, barrier, out),
+            daemon=True,
+        )
+        for role, indexes, shared in plan
+    ]
+    for p in processes:
+        p.start()
+    results = {r.name: RoleResult(r) for r in roles}
+    try:
+        try:
+            barrier.wait(timeout=120)
+        except Exception:
+            failures = _drain_failures(out, len(processes))
+            raise LoadFailed("workers could not start:\n" + "\n".join(failures)) from None
+        started = time.perf_counter()
+        if on_start is not None:
+            on_start()
+        for _ in processes:
+            try:
+                part = out.get(timeout=seconds + stall + 60)
+            except Exception:
+                raise LoadFailed("a worker did not report in time") from None
+            if "failed" in part:
+                raise LoadFailed(f"worker for {part['role']} failed: {part['failed']}")
+            results[part["role"]].merge(part)
+        ended = time.perf_counter()
+    finally:
+        for p in processes:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    return LoadResult(roles=results, started=started, ended=ended, workers=len(processes))
+
+
+def _drain_failures(out, n: int) -> list[str]:
+    failures = []
+    deadline = time.monotonic() + 5
+    while len(failures) < n and time.monotonic() < deadline:
+        try:
+            part = out.get(timeout=0.5)
+        except Exception:
+            continue
+        if "failed" in part:
+            failures.append(part["failed"])
+    return failures or ["(no worker said why)"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(os.path.basename(__file__), "is a module of scripts/bench")

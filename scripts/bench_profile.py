@@ -1,0 +1,111 @@
+"""py-spy on the server during a measured run, and a summary of where its time went.
+
+``py-spy record -f raw`` writes collapsed stacks (``frame;frame;... count``,
+root first).  Self time is the leaf frame's share of the samples, total time
+the share of samples whose stack holds the function.  Idle samples (the loop
+waiting in epoll) are not recorded, so shares are of the busy time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def py_spy() -> str:
+    local = ROOT / ".venv" / "bin" / "py-spy"
+    found = str(local) if local.exists() else shutil.which("py-spy")
+    if not found:
+        raise SystemExit("py-spy is not installed: .venv/bin/python -m pip install py-spy")
+    return found
+
+
+class Profiler:
+    """``py-spy record`` attached to a pid until ``stop()`` (SIGINT makes it write the file)."""
+
+    def __init__(
+        self, pid: int, output: str | os.PathLike, *, rate: int = 250, native: bool = False
+    ) -> None:
+        self.pid = pid
+        self.output = Path(output)
+        self.rate = rate
+        self.native = native
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        cmd = [
+            py_spy(),
+            "record",
+            "--pid",
+            str(self.pid),
+            "--rate",
+            str(self.rate),
+            "--format",
+            "raw",
+            "--output",
+            str(self.output),
+            "--nonblocking",
+        ]
+        if self.native:
+            cmd.append("--native")
+        self.log = open(self.output.with_suffix(".log"), "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.log.close()
+
+
+_LINE = re.compile(r"^(.*) (\d+)$")
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^:()]*)(?::\d+)?\)$")
+
+
+def _function(frame: str) -> str:
+    """``data_received (kestreld/protocol/connection.py:159)`` -> ``data_received (connection.py)``."""
+    m = _FRAME.match(frame.strip())
+    if not m:
+        return frame.strip()
+    return f"{m['func']} ({os.path.basename(m['file'])})"
+
+
+def summarize(raw: str | os.PathLike, top: int = 20) -> str:
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    samples = 0
+    for line in Path(raw).read_text(errors="replace").splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        stack, n = m[1], int(m[2])
+        frames = [_function(f) for f in stack.split(";") if f]
+        if not frames:
+            continue
+        # py-spy puts "process ..." / "thread ..." pseudo-frames first with some options.
+        frames = [f for f in frames if not f.startswith(("process ", "thread "))] or frames
+        samples += n
+        own[frames[-1]] += n
+        for f in set(frames):
+            total[f] += n
+    if not samples:
+        return f"{raw}: no samples (is py-spy allowed to ptrace the server?)"
+    lines = [f"{samples} samples of busy time in {raw}", "", "self %   function"]
+    lines += [f"{n / samples:6.1%}  {f}" for f, n in own.most_common(top)]
+    lines += ["", "total %  function (inclusive)"]
+    lines += [f"{n / samples:6.1%}  {f}" for f, n in total.most_common(top)]
+    return "\n".join(lines)

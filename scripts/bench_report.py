@@ -1,0 +1,274 @@
+"""Tables (text and Markdown) and the issue-7 targets, evaluated on measured rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench_workloads import Row
+
+# --- number formatting ---------------------------------------------------------------------------
+
+
+def _n(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def _lat(row: Row) -> str:
+    return f"{_n(row.p50_ms)} / {_n(row.p99_ms)} / {_n(row.max_ms)}"
+
+
+# --- one server's rows -------------------------------------------------------------------------------
+
+ROW_COLUMNS = (
+    "workload",
+    "server",
+    "ops/s",
+    "p50/p99/max ms",
+    "srv us/op",
+    "srv cores",
+    "RSS MiB",
+    "cli us/op",
+    "cli cores",
+    "others",
+    "check",
+)
+
+
+def row_cells(row: Row) -> list[str]:
+    return [
+        row.description,
+        row.server,
+        f"{_n(row.rate)} {row.unit}s",
+        _lat(row),
+        _n(row.server_us),
+        f"{row.server_cores:.2f}",
+        f"{row.rss_mib:.1f}",
+        _n(row.client_us),
+        f"{row.client_cores:.2f}",
+        f"{row.others_cores:.2f}",
+        row.check + (f"; {row.errors} errors: {row.error_samples[:2]}" if row.errors else ""),
+    ]
+
+
+def text_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+def markdown_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def rows_table(rows: list[Row], markdown: bool = False) -> str:
+    cells = [row_cells(r) for r in rows]
+    return markdown_table(ROW_COLUMNS, cells) if markdown else text_table(ROW_COLUMNS, cells)
+
+
+# --- side by side ------------------------------------------------------------------------------------
+
+COMPARE_COLUMNS = (
+    "workload",
+    "kestreld ops/s",
+    "memcached ops/s",
+    "k p50/p99/max ms",
+    "m p50/p99/max ms",
+    "k srv us/op",
+    "m srv us/op",
+    "CPU/op k/m",
+    "p99 k/m",
+    "k RSS MiB",
+    "m RSS MiB",
+    "cli cores k/m",
+    "others k/m",
+    "check",
+)
+
+
+def pair_rows(rows: list[Row]) -> list[tuple[Row | None, Row | None]]:
+    """(kestreld, memcached) per workload key, in the order first measured."""
+    order: list[str] = []
+    by: dict[tuple[str, str], Row] = {}
+    for r in rows:
+        if r.key not in order:
+            order.append(r.key)
+        by[(r.key, r.server)] = r
+    return [(by.get((k, "kestreld")), by.get((k, "memcached"))) for k in order]
+
+
+def compare_cells(k: Row | None, m: Row | None) -> list[str]:
+    ref = k or m
+    assert ref is not None
+    dash = "-"
+    return [
+        ref.description + (f" ({m.note})" if m and m.note else ""),
+        f"{_n(k.rate)}" if k else dash,
+        f"{_n(m.rate)}" if m else dash,
+        _lat(k) if k else dash,
+        _lat(m) if m else dash,
+        _n(k.server_us) if k else dash,
+        _n(m.server_us) if m else dash,
+        _ratio(k.server_us, m.server_us) if k and m else dash,
+        _ratio(k.p99_ms, m.p99_ms) if k and m else dash,
+        f"{k.rss_mib:.1f}" if k else dash,
+        f"{m.rss_mib:.1f}" if m else dash,
+        f"{k.client_cores:.2f}/{m.client_cores:.2f}"
+        if k and m
+        else (f"{k.client_cores:.2f}/-" if k else dash),
+        f"{k.others_cores:.2f}/{m.others_cores:.2f}"
+        if k and m
+        else (f"{k.others_cores:.2f}/-" if k else dash),
+        (k.check if k else dash)
+        + (f"; {k.errors} errors" if k and k.errors else "")
+        + (f"; memcached {m.errors} errors" if m and m.errors else ""),
+    ]
+
+
+def compare_table(rows: list[Row], markdown: bool = False) -> str:
+    cells = [compare_cells(k, m) for k, m in pair_rows(rows)]
+    return (
+        markdown_table(COMPARE_COLUMNS, cells) if markdown else text_table(COMPARE_COLUMNS, cells)
+    )
+
+
+# --- targets -----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Target:
+    name: str
+    figure: str  # what was measured, with its reference
+    limit: str
+    value: float | None  # the compared number (a ratio or an absolute figure)
+    bound: float
+    higher_is_better: bool = False
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        return self.value >= self.bound if self.higher_is_better else self.value <= self.bound
+
+    @property
+    def margin(self) -> str:
+        if self.value is None:
+            return "not measured"
+        if self.higher_is_better:
+            f = self.value / self.bound
+            return f"met, {f:.2f}x the floor" if f >= 1 else f"missed: {f:.2f}x of the floor"
+        f = self.value / self.bound
+        if f <= 1:
+            return f"met, {(1 - f):.0%} headroom"
+        return f"missed by {f:.2f}x"
+
+    def cells(self) -> list[str]:
+        verdict = {True: "MET", False: "MISSED", None: "n/a"}[self.met]
+        return [self.name, self.figure, self.limit, verdict, self.margin]
+
+
+TARGET_COLUMNS = ("target", "measured", "limit", "verdict", "margin")
+
+#: The rows the targets read (see compare_matrix).
+SET_100 = "set-1k-c100-d1"
+GET_100 = "get-1k-c100-d1"
+RELIABLE_100 = "reliable-1k-p50c50-d1"
+SYNC_100 = "set-sync0-1k-c100-d1"
+
+
+def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
+    by = {(r.key, r.server): r for r in rows}
+
+    def pair(key: str) -> tuple[Row | None, Row | None]:
+        return by.get((key, "kestreld")), by.get((key, "memcached"))
+
+    out: list[Target] = []
+    for key, what in ((SET_100, "set"), (GET_100, "get")):
+        k, m = pair(key)
+        out.append(
+            Target(
+                f"server CPU per {what}, 1 KiB, 100 conns",
+                f"{k.server_us:.1f} us vs memcached {m.server_us:.1f} us" if k and m else "-",
+                "<= 2x memcached",
+                k.server_us / m.server_us if k and m and m.server_us else None,
+                2.0,
+            )
+        )
+    k, _ = pair(RELIABLE_100)
+    _, mg = pair(GET_100)
+    out.append(
+        Target(
+            "open/close loop per item (set + get/close/open), 1 KiB, 50+50 conns",
+            f"{k.server_us:.1f} us/item vs memcached get {mg.server_us:.1f} us"
+            if k and mg
+            else "-",
+            "<= 3x memcached get",
+            k.server_us / mg.server_us if k and mg and mg.server_us else None,
+            3.0,
+        )
+    )
+    for key, what in ((SET_100, "set"), (GET_100, "get")):
+        k, m = pair(key)
+        out.append(
+            Target(
+                f"p99 latency, {what} 1 KiB, 100 conns",
+                f"{k.p99_ms:.2f} ms vs memcached {m.p99_ms:.2f} ms" if k and m else "-",
+                "<= 2x memcached",
+                k.p99_ms / m.p99_ms if k and m and m.p99_ms else None,
+                2.0,
+            )
+        )
+    k, _ = pair(SYNC_100)
+    out.append(
+        Target(
+            "sync_journal = 0, 100 producers, 1 KiB",
+            f"{k.rate:,.0f} sets/s" if k else "-",
+            ">= 10,000 sets/s",
+            k.rate if k else None,
+            10_000,
+            higher_is_better=True,
+        )
+    )
+    if backlog:
+        out.append(
+            Target(
+                f"RSS with {backlog['backlog_mib']:,.0f} MiB queued, "
+                f"max_memory_size {backlog['max_memory_mib']:.0f} MiB",
+                f"{backlog['rss_max_mib']:.1f} MiB (max of loading, idle, restart, drain)",
+                "< 100 MiB",
+                backlog["rss_max_mib"],
+                100.0,
+            )
+        )
+        out.append(
+            Target(
+                "first item served after restart on that backlog",
+                f"{backlog['first_item_s']:.2f} s from process start",
+                "< 1 s",
+                backlog["first_item_s"],
+                1.0,
+            )
+        )
+    return out
+
+
+def targets_table(targets: list[Target], markdown: bool = False) -> str:
+    cells = [t.cells() for t in targets]
+    return markdown_table(TARGET_COLUMNS, cells) if markdown else text_table(TARGET_COLUMNS, cells)
+
+
+def machine_lines(machine: dict[str, str]) -> list[str]:
+    return [f"- {k}: {v}" for k, v in machine.items()]

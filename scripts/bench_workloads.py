@@ -1,0 +1,447 @@
+"""The workloads, what each means for kestreld and for memcached, and one measured run.
+
+A :class:`Spec` names a workload and its knobs; :func:`plan` turns it into the
+roles to run against one server (memcached's analog uses distinct keys: a
+queue hand-off becomes ``set k`` + ``get k``); :func:`measure` starts a fresh
+server, runs the unmeasured set-up (prefill), then the measured roles, and
+returns a :class:`Row` with throughput, latency, server and client CPU, RSS
+and the machine's load during the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import bench_load
+from bench_load import Role
+from bench_servers import KestreldServer, MachineSample, MemcachedServer, cpu_seconds, memory
+
+WORKLOADS = ("put-many", "get-drain", "flood", "leaky-reader", "fanout", "many-clients")
+MiB = 1024 * 1024
+
+
+@dataclass(slots=True)
+class Spec:
+    workload: str
+    size: int = 1024
+    connections: int = 10  # put-many, get-drain: connections; flood, leaky, many-clients: consumers
+    producers: int = 1  # flood, leaky-reader, fanout, many-clients
+    depth: int = 1  # requests in flight per connection (pipelining)
+    items: int = 100_000  # upper bound on the work
+    seconds: float = 5.0  # upper bound on the time
+    reliable: bool = False  # flood: get q/close/open instead of plain get
+    readers: int = 3  # fanout
+    sync_journal: int | None = None
+    wait_ms: int = 100  # consumers' get /t=
+    abort_rate: float = 0.02  # leaky-reader
+    drop_rate: float = 0.01  # leaky-reader
+    rate: float = 0.0  # many-clients: producer items/s (0 = unthrottled)
+    procs: int = 2  # load generator processes (at least one per role)
+
+    @property
+    def key(self) -> str:
+        """A short stable name for the row, e.g. ``set-1k-c100-d1``."""
+        size = f"{self.size // 1024}k" if self.size % 1024 == 0 else f"{self.size}b"
+        name = {
+            "put-many": "set",
+            "get-drain": "get",
+            "flood": "reliable" if self.reliable else "flood",
+        }.get(self.workload, self.workload)
+        if self.sync_journal is not None:
+            name += f"-sync{self.sync_journal}"
+        conns = self.connections
+        if self.workload in ("flood", "leaky-reader", "many-clients"):
+            return f"{name}-{size}-p{self.producers}c{conns}-d{self.depth}"
+        if self.workload == "fanout":
+            return f"{name}-{size}-p{self.producers}r{self.readers}-d{self.depth}"
+        return f"{name}-{size}-c{conns}-d{self.depth}"
+
+    def describe(self) -> str:
+        size = f"{self.size // 1024} KiB" if self.size % 1024 == 0 else f"{self.size} B"
+        depth = f", depth {self.depth}" if self.depth > 1 else ""
+        if self.workload == "put-many":
+            sync = f", sync_journal={self.sync_journal}" if self.sync_journal is not None else ""
+            return f"set {size}, {self.connections} conn{depth}{sync}"
+        if self.workload == "get-drain":
+            return f"get {size}, {self.connections} conn{depth}"
+        if self.workload == "flood":
+            loop = "open/close loop" if self.reliable else "set+get"
+            return f"{loop} {size}, {self.producers}+{self.connections} conn{depth}"
+        if self.workload == "leaky-reader":
+            return (
+                f"leaky open/close {size}, {self.producers}+{self.connections} conn, "
+                f"abort {self.abort_rate:.0%} drop {self.drop_rate:.0%}"
+            )
+        if self.workload == "fanout":
+            return f"fanout x{self.readers} {size}, {self.producers}+{self.readers} conn{depth}"
+        return f"many-clients {size}, {self.connections} waiting + {self.producers} producer"
+
+
+@dataclass(slots=True)
+class Plan:
+    """What to run against one server for a spec."""
+
+    roles: list[Role]
+    unit: str  # what one counted operation is: set, get, item
+    primary: str  # the role whose items are counted and whose latency is shown
+    config: str = ""
+    prefill: list[Role] = field(default_factory=list)
+    commands: list[bytes] = field(default_factory=list)  # sent (and answered) before the run
+    producer: str = ""  # the role (or prefill role) whose STORED ids are the items to deliver
+    complete: list[str] = field(default_factory=list)  # roles that must get each one exactly once
+    note: str = ""
+
+
+def plan(spec: Spec, server: str) -> Plan | None:
+    """The roles for ``server`` ("kestreld" or "memcached"); None when there is no analog."""
+    mc = server == "memcached"
+    n, size, depth = spec.items, spec.size, spec.depth
+    config = f"sync_journal = {spec.sync_journal}\n" if spec.sync_journal is not None else ""
+    if spec.workload == "put-many":
+        producer = Role("producer", "set", spec.connections, n, size=size, depth=depth)
+        producer.distinct_keys = mc
+        note = "memcached: no fsync" if mc and spec.sync_journal is not None else ""
+        return Plan([producer], "set", "producer", config=config, note=note)
+    if spec.workload == "get-drain":
+        prefill = Role("prefill", "set", 4, n, size=size, depth=64, distinct_keys=mc, verify=not mc)
+        consumer = Role(
+            "consumer",
+            "get",
+            spec.connections,
+            n,
+            size=size,
+            depth=depth,
+            distinct_keys=mc,
+            stop_on_miss=True,
+            verify=not mc,
+        )
+        return Plan(
+            [consumer],
+            "get",
+            "consumer",
+            config=config,
+            prefill=[prefill],
+            producer="" if mc else "prefill",
+            complete=[] if mc else ["consumer"],
+        )
+    if spec.workload in ("flood", "fanout") and mc:
+        reads = spec.readers if spec.workload == "fanout" else 1
+        conns = spec.producers + (spec.readers if spec.workload == "fanout" else spec.connections)
+        pair = Role("pair", "pair", conns, n, size=size, depth=depth, reads=reads)
+        return Plan([pair], "item", "pair", note=f"memcached: set k + {reads} get k per item")
+    if mc:
+        return None  # leaky-reader and many-clients are about queue semantics
+    if spec.workload == "flood":
+        producer = Role("producer", "set", spec.producers, n, size=size, verify=True)
+        kind = "reliable" if spec.reliable else "get"
+        consumer = Role(
+            "consumer",
+            kind,
+            spec.connections,
+            n,
+            size=size,
+            depth=depth,
+            wait_ms=spec.wait_ms,
+            shared_stop=True,
+            verify=True,
+        )
+        return Plan(
+            [producer, consumer],
+            "item",
+            "consumer",
+            config=config,
+            producer="producer",
+            complete=["consumer"],
+        )
+    if spec.workload == "leaky-reader":
+        producer = Role("producer", "set", spec.producers, n, size=size, verify=True)
+        consumer = Role(
+            "consumer",
+            "reliable",
+            spec.connections,
+            n,
+            size=size,
+            wait_ms=spec.wait_ms,
+            shared_stop=True,
+            verify=True,
+            abort_rate=spec.abort_rate,
+            drop_rate=spec.drop_rate,
+        )
+        return Plan(
+            [producer, consumer],
+            "item",
+            "consumer",
+            config=config,
+            producer="producer",
+            complete=["consumer"],
+        )
+    if spec.workload == "fanout":
+        config += "[queues.fan]\nfanout_only = true\n"
+        producer = Role("producer", "set", spec.producers, n, size=size, queue="fan", verify=True)
+        readers = [
+            Role(
+                f"reader-{i}",
+                "get",
+                1,
+                n,
+                size=size,
+                depth=depth,
+                queue=f"fan+r{i}",
+                wait_ms=spec.wait_ms,
+                shared_stop=True,
+                verify=True,
+            )
+            for i in range(1, spec.readers + 1)
+        ]
+        commands = [f"get fan+r{i}\r\n".encode() for i in range(1, spec.readers + 1)]
+        return Plan(
+            [producer, *readers],
+            "item",
+            "producer",
+            config=config,
+            commands=commands,
+            producer="producer",
+            complete=[r.name for r in readers],
+        )
+    if spec.workload == "many-clients":
+        producer = Role(
+            "producer", "set", spec.producers, n, size=size, rate=spec.rate, verify=True
+        )
+        consumer = Role(
+            "consumer",
+            "get",
+            spec.connections,
+            n,
+            size=size,
+            wait_ms=max(spec.wait_ms, 1000),
+            shared_stop=True,
+            verify=True,
+        )
+        return Plan(
+            [producer, consumer],
+            "item",
+            "consumer",
+            config=config,
+            producer="producer",
+            complete=["consumer"],
+        )
+    raise ValueError(f"unknown workload {spec.workload}")
+
+
+# --- one measured run ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Row:
+    key: str
+    description: str
+    server: str
+    unit: str
+    units: int  # counted operations (the plan's unit)
+    requests: int  # replies received, all roles
+    seconds: float  # from the start to the last counted reply
+    rate: float  # units per second
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    server_cpu: float  # seconds
+    server_us: float  # server CPU microseconds per unit
+    server_cores: float  # server CPU / wall time
+    rss_mib: float  # at the end of the run
+    rss_peak_mib: float  # sampled during the run
+    client_cpu: float
+    client_us: float
+    client_cores: float
+    others_cores: float  # CPU used by everything else on the machine meanwhile
+    loadavg: str
+    check: str  # exactly-once verdict
+    errors: int
+    error_samples: list[str]
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _RssSampler(threading.Thread):
+    def __init__(self, pid: int, period: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.period, self.peak = pid, period, 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.period):
+            try:
+                self.peak = max(self.peak, memory(self.pid).get("VmRSS", 0))
+            except OSError:
+                return
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.join(2)
+        return self.peak
+
+
+def send_commands(port: int, commands: list[bytes]) -> None:
+    """Send set-up requests one at a time, each answered before the next."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        for cmd in commands:
+            sock.sendall(cmd)
+            reply = b""
+            while not reply.endswith(b"\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise RuntimeError(f"server closed the connection after {cmd!r}")
+                reply += chunk
+
+
+def start_server(
+    server: str, config: str = "", *, workdir: str | None = None, memcached_threads=None
+):
+    if server == "memcached":
+        return MemcachedServer(threads=memcached_threads).start()
+    return KestreldServer(config, workdir=workdir).start()
+
+
+def measure(
+    spec: Spec,
+    server: str,
+    *,
+    workdir: str | None = None,
+    memcached_threads: int | None = None,
+    profiler_factory=None,
+) -> Row | None:
+    """Run ``spec`` against a fresh ``server``; None when memcached has no analog."""
+    p = plan(spec, server)
+    if p is None:
+        return None
+    srv = start_server(server, p.config, workdir=workdir, memcached_threads=memcached_threads)
+    profiler = None
+    try:
+        if p.commands:
+            send_commands(srv.port, p.commands)
+        prefilled = None
+        if p.prefill:
+            prefilled = bench_load.run(p.prefill, srv.port, seconds=600, procs=spec.procs)
+            bad = sum(r.errors for r in prefilled.roles.values())
+            if bad:
+                raise RuntimeError(f"prefill failed: {bad} errors")
+        sampler = _RssSampler(srv.pid)
+        marks: dict[str, object] = {}
+
+        def started() -> None:
+            marks["cpu"] = cpu_seconds(srv.pid)
+            marks["machine"] = MachineSample.now()
+            marks["t"] = time.perf_counter()
+            sampler.start()
+            if profiler_factory is not None:
+                nonlocal profiler
+                profiler = profiler_factory(srv.pid)
+                profiler.start()
+
+        result = bench_load.run(
+            p.roles, srv.port, seconds=spec.seconds, procs=spec.procs, on_start=started
+        )
+        cpu = cpu_seconds(srv.pid) - marks["cpu"]  # type: ignore[operator]
+        span = time.perf_counter() - marks["t"]  # type: ignore[operator]
+        machine = MachineSample.now()
+        rss_end = memory(srv.pid).get("VmRSS", 0)
+        peak = max(sampler.stop(), rss_end)
+        if profiler is not None:
+            profiler.stop()
+        check = _check(p, result, prefilled, srv.port)
+    finally:
+        if profiler is not None:
+            profiler.stop()
+        srv.stop()
+    primary = result.roles[p.primary]
+    window = result.window([p.primary])
+    units = primary.items
+    p50, p99, pmax = primary.percentiles(0.5, 0.99, 1.0)
+    client_cpu = result.client_cpu
+    busy = machine.busy_cores_since(marks["machine"])  # type: ignore[arg-type]
+    errors = sum(r.errors for r in result.roles.values())
+    samples = [s for r in result.roles.values() for s in r.error_samples][:5]
+    return Row(
+        key=spec.key,
+        description=spec.describe(),
+        server=server,
+        unit=p.unit,
+        units=units,
+        requests=sum(r.requests for r in result.roles.values()),
+        seconds=window,
+        rate=units / window,
+        p50_ms=p50 * 1000,
+        p99_ms=p99 * 1000,
+        max_ms=pmax * 1000,
+        server_cpu=cpu,
+        server_us=cpu / units * 1e6 if units else 0.0,
+        server_cores=cpu / span,
+        rss_mib=rss_end / MiB,
+        rss_peak_mib=peak / MiB,
+        client_cpu=client_cpu,
+        client_us=client_cpu / units * 1e6 if units else 0.0,
+        client_cores=client_cpu / span,
+        others_cores=max(0.0, busy - (cpu + client_cpu) / span),
+        loadavg=machine.loadavg,
+        check=check,
+        errors=errors,
+        error_samples=samples,
+        note=p.note,
+    )
+
+
+def _check(
+    p: Plan, result: bench_load.LoadResult, prefilled: bench_load.LoadResult | None, port: int
+) -> str:
+    """Did every STORED item reach each consumer role exactly once?
+
+    Items a time-bounded run left in the queue are drained (not measured) and
+    counted as delivered late; an item neither delivered nor left is lost.
+    """
+    if not p.complete:
+        return "-"
+    source = prefilled if prefilled is not None and p.producer in prefilled.roles else result
+    produced = source.roles[p.producer].ids
+    assert produced is not None
+    verdicts = []
+    for name in p.complete:
+        role = result.roles[name]
+        got = role.ids
+        assert got is not None
+        left = 0
+        if got != produced:
+            drain = Role(
+                "drain",
+                "get",
+                1,
+                len(produced),
+                size=role.role.size,
+                depth=64,
+                queue=role.role.queue,
+                stop_on_miss=True,
+                verify=True,
+            )
+            rest = bench_load.run([drain], port, seconds=300, procs=1).roles["drain"]
+            left = rest.items
+            assert rest.ids is not None
+            got = bytes(min(255, a + b) for a, b in zip(got, rest.ids, strict=True))
+        if got == produced:
+            verdicts.append("exactly once" + (f" ({left} drained after)" if left else ""))
+            continue
+        pairs = list(zip(produced, got, strict=True))
+        lost = sum(1 for a, b in pairs if a and not b)
+        dup = sum(1 for a, b in pairs if b > max(a, 1))
+        extra = sum(1 for a, b in pairs if b and not a)
+        verdicts.append(f"{name}: FAILED lost={lost} duplicated={dup} never-stored={extra}")
+    if all(v.startswith("exactly once") for v in verdicts):
+        return verdicts[0] if len(verdicts) == 1 else f"exactly once x{len(verdicts)}"
+    return "; ".join(verdicts)
+
+
+def with_changes(spec: Spec, **changes) -> Spec:
+    return dataclasses.replace(spec, **changes)

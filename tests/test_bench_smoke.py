@@ -1,0 +1,86 @@
+"""scripts/bench must keep working: every workload, about a second each, against a real kestreld.
+
+These check that the suite runs and that its own checks pass (every item
+delivered exactly once), not any performance figure.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+import bench_cli  # noqa: E402
+import bench_profile  # noqa: E402
+from bench_backlog import run_backlog  # noqa: E402
+from bench_report import compare_table, evaluate, rows_table  # noqa: E402
+from bench_servers import memcached_path  # noqa: E402
+from bench_workloads import WORKLOADS, Spec, measure  # noqa: E402
+
+SMALL = {
+    "put-many": Spec("put-many", connections=20, items=3000),
+    "get-drain": Spec("get-drain", connections=20, depth=4, items=3000),
+    "flood": Spec("flood", reliable=True, producers=2, connections=4, depth=2, items=2000),
+    "leaky-reader": Spec(
+        "leaky-reader", connections=4, items=1000, abort_rate=0.05, drop_rate=0.02
+    ),
+    "fanout": Spec("fanout", producers=2, readers=3, depth=8, items=2000),
+    "many-clients": Spec("many-clients", connections=50, items=300, rate=1000),
+}
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_workload_runs_and_delivers_every_item_once(workload, tmp_path):
+    spec = SMALL[workload]
+    spec.seconds = 1.0
+    spec.size = 64
+    row = measure(spec, "kestreld", workdir=str(tmp_path))
+    assert row is not None
+    assert row.errors == 0, row.error_samples
+    assert row.units > 0 and row.server_cpu >= 0 and row.rss_mib > 0
+    if workload != "put-many":
+        assert row.check.startswith("exactly once"), row.check
+    assert row.description in rows_table([row])
+
+
+@pytest.mark.skipif(memcached_path() is None, reason="memcached is not installed")
+def test_memcached_side_and_ratios(tmp_path):
+    spec = Spec("put-many", size=1024, connections=100, items=2000, seconds=1.0)
+    rows = [measure(spec, s, workdir=str(tmp_path)) for s in ("kestreld", "memcached")]
+    assert all(r is not None and r.errors == 0 and r.units == 2000 for r in rows)
+    table = compare_table(rows)  # type: ignore[arg-type]
+    assert "x" in table.splitlines()[2]  # a kestreld/memcached ratio was computed
+    set_target = evaluate(rows)[0]  # type: ignore[arg-type]
+    assert set_target.value is not None and set_target.met is not None
+
+
+def test_backlog_restart_and_drain(tmp_path):
+    out = run_backlog(size=4 << 20, max_memory=1 << 20, workdir=str(tmp_path), log=lambda _: None)
+    assert out["check"] == "exactly once, in order"
+    assert out["first_item_s"] > 0 and out["rss_max_mib"] > 0
+
+
+def test_every_command_has_help(capsys):
+    parser = bench_cli.build_parser()
+    for command in (*WORKLOADS, "compare", "backlog", "profile"):
+        with pytest.raises(SystemExit) as e:
+            parser.parse_args([command, "--help"])
+        assert e.value.code == 0
+    assert capsys.readouterr().out.count("usage: scripts/bench") == len(WORKLOADS) + 3
+
+
+def test_compare_matrix_holds_the_rows_the_targets_read():
+    keys = {s.key for s in bench_cli.compare_matrix(False, 5, 2)}
+    assert {"set-1k-c100-d1", "get-1k-c100-d1", "reliable-1k-p50c50-d1"} <= keys
+    assert "set-sync0-1k-c100-d1" in keys
+
+
+def test_profile_summary_shares_of_self_and_total(tmp_path):
+    raw = tmp_path / "p.txt"
+    raw.write_text("main (a.py:1);loop (b.py:2);flush (c.py:3) 3\nmain (a.py:1);loop (b.py:9) 1\n")
+    text = bench_profile.summarize(raw)
+    assert "75.0%  flush (c.py)" in text
+    assert "100.0%  loop (b.py)" in text
