@@ -206,3 +206,28 @@ def test_time_bounds_accept_iso_and_epoch_ms() -> None:
 def test_missing_source_is_a_usage_error(tmp_path, capsys) -> None:
     assert analyze.main([str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_kestrel_2x_adds_count_as_items_of_their_queue(spark, tmp_path) -> None:
+    from test_kestrel2_encoding import add, addx, remove
+
+    from kestreld.pipeline import tables
+
+    (tmp_path / "old").write_bytes(
+        addx(b"12345", BASE_MS + 100, BASE_MS + 2100)
+        + addx(b"123", BASE_MS + 61 * S)
+        + remove()
+        + add(b"1")
+    )
+    (tmp_path / "old+fan").write_bytes(
+        addx(b"12345", BASE_MS + 100)
+    )  # a fanout copy: not counted again
+    rows = spark.read.format("kestrel_journal").option("includeData", "false").load(str(tmp_path))
+    items = tables.items(rows)
+    assert [tuple(r.values())[:4] for r in tables.per_minute(items).toArrow().to_pylist()] == [
+        ("old", "2026-11-21T14:05:00Z", 1, 5),
+        ("old", "2026-11-21T14:06:00Z", 1, 3),
+    ]  # the ADD has no add time: in the totals, in no minute
+    totals = tables.queue_totals(items).collect()
+    assert [(r["queue"], r["items"], r["bytes"]) for r in totals] == [("old", 3, 9)]
+    assert tables.consumer_lag(rows, items, BASE_MS).count() == 0  # no native reader state

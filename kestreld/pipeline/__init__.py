@@ -1,1 +1,14 @@
-"""kestreld.pipeline"""
+"""The Spark pipeline over kestreld journals (never imported by the server).
+
+- :mod:`~kestreld.pipeline.schema`: the data source's columns.
+- :mod:`~kestreld.pipeline.listing`: which files a path names; partitions.
+- :mod:`~kestreld.pipeline.columnar`: journal files as Arrow record batches.
+- :mod:`~kestreld.pipeline.source`: the ``kestrel_journal`` data source (batch).
+- :mod:`~kestreld.pipeline.stream`: its streaming reader.
+- :mod:`~kestreld.pipeline.tables`, :mod:`~kestreld.pipeline.charts`,
+  :mod:`~kestreld.pipeline.analyze`: ``kestreld analyze``.
+- :mod:`~kestreld.pipeline.session`: a configured SparkSession.
+
+Importing this package imports neither PySpark nor PyArrow; ``source`` and
+``stream`` do (they subclass PySpark's data source classes).
+"""

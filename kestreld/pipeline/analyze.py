@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kestreld.pipeline import charts, tables
     from kestreld.pipeline.listing import list_journal_files
-    from kestreld.pipeline.session import is_local, spark_session
+    from kestreld.pipeline.session import is_local, register, spark_session
 
     os.makedirs(args.out, exist_ok=True)
     listing = list_journal_files(sources, args.archive)
@@ -179,13 +179,19 @@ def main(argv: list[str] | None = None) -> int:
     names = {jf.name: jf.paths[0] for jf in listing.files}
     names.update({os.path.basename(path): path for path, _, _ in listing.problems})
 
-    owned = SparkSession.getActiveSession() is None
-    master = args.master or "local[*]"
-    conf = {"spark.sql.shuffle.partitions": "8"} if is_local(master) else {}
-    progress(f"starting Spark ({master})" if owned else "using the running Spark session")
-    spark = spark_session(master, "kestreld analyze", conf)
-    if owned:
+    spark = SparkSession.getActiveSession()
+    owned = spark is None
+    if spark is None:
+        master = args.master or "local[*]"
+        progress(f"starting Spark ({master})")
+        conf = {"spark.sql.shuffle.partitions": "8"} if is_local(master) else {}
+        spark = spark_session(master, "kestreld analyze", conf)
         spark.sparkContext.setLogLevel("ERROR")
+    else:
+        # spark-submit (scripts/analyze_job.py) or a caller's session: use it as it is.
+        progress("using the running Spark session")
+        spark.conf.set("spark.sql.session.timeZone", "UTC")  # minutes are UTC
+        register(spark)
     try:
         generated_ms = int(time.time() * 1000)
         as_of_ms = args.until if args.until is not None else generated_ms
