@@ -49,6 +49,7 @@ OUTPUT_FLUSH_SIZE = 256 * 1024
 ACCUMULATE_THRESHOLD = 64 * 1024
 
 _RELATIVE_EXPIRY_LIMIT = 1_000_000
+_MAX_TIME_MS = (1 << 63) - 1
 
 
 class _Get:
@@ -354,6 +355,8 @@ class MemcacheConnection(asyncio.Protocol):
             expire = now + exptime * 1000
         else:
             expire = exptime * 1000
+        if not -_MAX_TIME_MS <= expire <= _MAX_TIME_MS:  # the journal stores an i64
+            return self._discard_block(size, _client_error("bad command line format"), noreply)
         self.pending_set = (name, expire, size, noreply)
 
     def _discard_block(self, size: int, reply: bytes, noreply: bool) -> None:
@@ -582,7 +585,7 @@ class MemcacheConnection(asyncio.Protocol):
         try:
             seconds = float(args[2]) if len(args) > 2 else 0.0
             limit = int(args[3]) if len(args) > 3 else self.server.config.max_open_reads
-            if seconds < 0 or limit < 0:
+            if not seconds >= 0 or limit < 0:  # "not >=" also refuses NaN
                 raise ValueError
         except ValueError:
             self.out.append(_client_error("bad monitor arguments"))
