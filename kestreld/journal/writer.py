@@ -347,6 +347,11 @@ class WriterJournal:
         lost = len(self._buf)
         self._buf = bytearray()
         seg.size = seg.written
+        # Those puts' batch fails now: when the write came from a rotation or a
+        # read-behind, flush() would later find an empty buffer and acknowledge it.
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            batch.resolve(f"journal write failed: {e.strerror}")
         # The ids of the failed batch are gone from disk; the segment keeps its range.
         self._failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
         log.warning("journal_batch_dropped", queue=self.queue, bytes=lost)
