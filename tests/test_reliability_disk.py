@@ -411,3 +411,26 @@ def test_unreadable_segment_at_start_up_refuses_naming_the_file(nobody_dir, serv
     srv.start()
     got = _drain(Conn(srv.connect()), "segperm")
     assert got == [f"{i:0300d}".encode() for i in range(40)]
+
+
+def test_pipelined_sets_caught_by_a_failing_rotation_are_refused_not_acknowledged(tmpfs, servers):
+    """A rotation writes out the buffered puts first; if that write fails, none is STORED."""
+    point = tmpfs("1m")
+    folder = point / "queues"
+    srv = _start(servers, folder, 'sync_journal = 0\nmax_journal_size = "64KiB"\n')
+    ballast = point / "ballast"
+    with open(ballast, "wb") as f:
+        f.write(b"\0" * max(0, shutil.disk_usage(point).free - 48 * 1024))
+    c = Conn(srv.connect())
+    item = b"r" * 1000
+    acked = []
+    for burst in range(12):  # pipelined bursts: many puts buffered in one tick
+        c.send(b"".join(b"set rotfail 0 0 1004\r\n%04d%s\r\n" % (burst * 40 + i, item) for i in range(40)))
+        for i in range(40):
+            if c.line() == b"STORED":
+                acked.append(burst * 40 + i)
+    assert len(acked) < 480, "the disk filled up"
+    ballast.unlink()
+    srv.restart()
+    got = [int(v[:4]) for v in _drain(Conn(srv.connect()), "rotfail")]
+    assert set(acked) <= set(got), f"acknowledged but lost: {sorted(set(acked) - set(got))[:10]}"
