@@ -48,15 +48,16 @@ def write_checkpoint(path: str, head: int, done: list[int] | tuple[int, ...] | s
     data = codec.encode_checkpoint(head, sorted(done))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except OSError:
+        # A full disk fails every interval: leave no temporary behind each time.
         try:
             os.unlink(tmp)
         except OSError:
