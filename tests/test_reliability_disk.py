@@ -434,3 +434,20 @@ def test_pipelined_sets_caught_by_a_failing_rotation_are_refused_not_acknowledge
     srv.restart()
     got = [int(v[:4]) for v in _drain(Conn(srv.connect()), "rotfail")]
     assert set(acked) <= set(got), f"acknowledged but lost: {sorted(set(acked) - set(got))[:10]}"
+
+
+def test_failing_checkpoint_writes_leave_no_temporaries_behind(tmpfs, servers):
+    srv, folder, ballast = _full_disk_server(tmpfs, servers)
+    c = Conn(srv.connect())
+    acked, _ = _fill_until_refused(c, "tmpleft")
+    with open(ballast, "ab") as f:
+        try:
+            f.write(b"\0" * (1 << 20))
+        except OSError:
+            pass
+    for _ in range(5):
+        c.get("tmpleft")
+        time.sleep(0.15)  # one failing checkpoint per interval
+    assert srv.events("checkpoint_failed")
+    leftovers = [n for n in os.listdir(folder) if "~~" in n]
+    assert leftovers == [], f"temporaries of failed checkpoints pile up: {leftovers}"
