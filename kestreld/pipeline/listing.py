@@ -152,6 +152,12 @@ def list_journal_files(paths: list[str], archive_path: str | None = None) -> Lis
         elif jf.kind is FileKind.SEGMENT:
             seen.paths.extend(p for p in jf.paths if p not in seen.paths)
             seen.size = max(seen.size, jf.size)
+    if archive_path:
+        # A live segment may be archived between listing and reading: look there next.
+        for jf in order:
+            moved = os.path.join(archive_path, jf.name)
+            if jf.kind is FileKind.SEGMENT and moved not in jf.paths:
+                jf.paths.append(moved)
     kind_rank = {FileKind.SEGMENT: 0, FileKind.CHECKPOINT: 1, FileKind.KESTREL2: 2}
     position = {id(jf): i for i, jf in enumerate(order)}
     order.sort(
