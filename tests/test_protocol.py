@@ -454,3 +454,10 @@ def test_client_that_never_reads_replies_is_paused_not_buffered(make_server):
     other.send("version\r\n")
     assert other.line().startswith(b"VERSION")
     c.close()
+
+
+def test_fanout_name_too_long_for_its_checkpoint_file_is_refused(conn):
+    # "<queue>.read.<reader>~~<ms>" must fit 255 bytes: 234 characters of names at most.
+    conn.send(f"get {'a' * 200}+{'b' * 35}\r\n")
+    assert conn.line() == b"CLIENT_ERROR bad queue name"
+    assert conn.get(f"{'a' * 200}+{'b' * 34}") is None

@@ -22,6 +22,9 @@ NAME_RE = re.compile(r"[A-Za-z0-9_:\-]{1,200}")
 STATUS_FILE = ".kestreld-status"
 LOCK_FILE = ".lock"
 TEMP_MARK = "~~"
+#: Longest queue + reader name of a fanout reader: its checkpoint temporary
+#: "<queue>.read.<reader>~~<13-digit ms>" must fit the 255-byte file-name limit.
+MAX_FANOUT_NAME = 255 - len(".read.") - len("~~") - 13
 KESTREL2_OPCODES = frozenset(range(10))
 
 
@@ -36,7 +39,7 @@ def split_queue_name(name: str) -> tuple[str, str] | None:
     if not is_legal_name(queue):
         return None
     if plus:
-        if not is_legal_name(reader):
+        if not is_legal_name(reader) or len(queue) + len(reader) > MAX_FANOUT_NAME:
             return None
         return queue, reader
     return queue, ""
