@@ -222,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rate",
         type=float,
-        default=2000,
-        help="items/s per producer; 0 = flat out (default: 2000)",
+        default=1000,
+        help="items/s per producer; 0 = flat out (default: 1000)",
     )
     item_args(p, items=10_000)
     common(p)
@@ -396,8 +396,8 @@ def compare_matrix(quick: bool, seconds: float, procs: int) -> list[Spec]:
             workload="many-clients",
             producers=1,
             connections=1000 if not quick else 100,
-            rate=2000,
-            items=int(2000 * seconds),
+            rate=1000,
+            items=int(1000 * seconds),
         )
     )
     for c in (1, 100) if quick else (1, 10, 100):

@@ -173,6 +173,8 @@ class Connection:
         self.batch_items = 0
         self.items_at_send = 0
         self.sent_at = 0.0
+        self.pace_start = 0.0  # rate-limited roles: when the first batch went out
+        self.paced = 0  # and how many items went out since
         self.done = False
 
     # what subclasses provide
@@ -253,7 +255,11 @@ class Connection:
         if self.batch_finished():
             self.close()
         elif self.role.rate > 0:
-            due = self.sent_at + self.batch_items / self.role.rate
+            # On a fixed timeline, so that sleeps rounded up to epoll's 1 ms keep the average.
+            self.paced += self.batch_items
+            if not self.pace_start:
+                self.pace_start = self.sent_at
+            due = self.pace_start + self.paced / self.role.rate
             if due > now:
                 w.sleep(self, due)
                 return

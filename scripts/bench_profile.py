@@ -51,10 +51,9 @@ class Profiler:
             "raw",
             "--output",
             str(self.output),
-            "--nonblocking",
         ]
-        if self.native:
-            cmd.append("--native")
+        # --native needs the target paused while its stack is read; otherwise don't pause it.
+        cmd.append("--native" if self.native else "--nonblocking")
         self.log = open(self.output.with_suffix(".log"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -85,6 +84,10 @@ def _function(frame: str) -> str:
 
 
 def summarize(raw: str | os.PathLike, top: int = 20) -> str:
+    if not Path(raw).exists():
+        log = Path(raw).with_suffix(".log")
+        why = log.read_text(errors="replace").strip() if log.exists() else "no log"
+        return f"{raw}: py-spy wrote no profile: {why}"
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
     samples = 0

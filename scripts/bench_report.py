@@ -167,13 +167,12 @@ class Target:
     def margin(self) -> str:
         if self.value is None:
             return "not measured"
-        if self.higher_is_better:
-            f = self.value / self.bound
-            return f"met, {f:.2f}x the floor" if f >= 1 else f"missed: {f:.2f}x of the floor"
         f = self.value / self.bound
+        if self.higher_is_better:
+            return f"{f - 1:.0%} above the floor" if f >= 1 else f"{1 - f:.0%} below the floor"
         if f <= 1:
-            return f"met, {(1 - f):.0%} headroom"
-        return f"missed by {f:.2f}x"
+            return f"{1 - f:.0%} under the limit"
+        return f"{f - 1:.0%} over the limit"
 
     def cells(self) -> list[str]:
         verdict = {True: "MET", False: "MISSED", None: "n/a"}[self.met]
@@ -201,7 +200,10 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
         out.append(
             Target(
                 f"server CPU per {what}, 1 KiB, 100 conns",
-                f"{k.server_us:.1f} us vs memcached {m.server_us:.1f} us" if k and m else "-",
+                f"{k.server_us:.1f} us vs memcached {m.server_us:.1f} us = "
+                f"{k.server_us / m.server_us:.2f}x"
+                if k and m
+                else "-",
                 "<= 2x memcached",
                 k.server_us / m.server_us if k and m and m.server_us else None,
                 2.0,
@@ -212,7 +214,8 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
     out.append(
         Target(
             "open/close loop per item (set + get/close/open), 1 KiB, 50+50 conns",
-            f"{k.server_us:.1f} us/item vs memcached get {mg.server_us:.1f} us"
+            f"{k.server_us:.1f} us/item vs memcached get {mg.server_us:.1f} us = "
+            f"{k.server_us / mg.server_us:.2f}x"
             if k and mg
             else "-",
             "<= 3x memcached get",
@@ -225,7 +228,9 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
         out.append(
             Target(
                 f"p99 latency, {what} 1 KiB, 100 conns",
-                f"{k.p99_ms:.2f} ms vs memcached {m.p99_ms:.2f} ms" if k and m else "-",
+                f"{k.p99_ms:.2f} ms vs memcached {m.p99_ms:.2f} ms = {k.p99_ms / m.p99_ms:.2f}x"
+                if k and m
+                else "-",
                 "<= 2x memcached",
                 k.p99_ms / m.p99_ms if k and m and m.p99_ms else None,
                 2.0,
