@@ -20,6 +20,12 @@ def _figure() -> tuple[Any, Any]:
     return plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
 
 
+def _integer_axis(axis: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _save(fig: Any, path: str) -> None:
     import matplotlib.pyplot as plt
 
@@ -55,6 +61,7 @@ def throughput(per_minute: pa.Table, path: str) -> None:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=queue)
         ax.set_xlabel("minute (UTC)")
         ax.set_ylabel("items per minute")
+        _integer_axis(ax.yaxis)
         ax.legend(loc="best", fontsize="small")
         fig.autofmt_xdate()
     ax.set_title("Throughput: items added per minute")
@@ -95,6 +102,7 @@ def sizes(histogram: pa.Table, path: str) -> None:
         ax.set_xticklabels([_bucket_label(b) for b in buckets], rotation=45, ha="right")
         ax.set_xlabel("item size in bytes (bucket [low, high))")
         ax.set_ylabel("items")
+        _integer_axis(ax.yaxis)
         ax.legend(loc="best", fontsize="small")
     ax.set_title("Item sizes")
     _save(fig, path)
@@ -116,5 +124,6 @@ def lag(consumer_lag: pa.Table, path: str) -> None:
         for y, v in enumerate(values):
             ax.text(v, y, f" {v}", va="center")
         ax.set_xlabel("unread items")
+        _integer_axis(ax.xaxis)
     ax.set_title("Consumer lag: unread items per reader")
     _save(fig, path)
