@@ -114,6 +114,18 @@ def test_starting_offsets_latest_skips_what_is_there(stream_reader, tmp_path) ->
     assert offered(reader, start, reader.latestOffset(start, None)) == [("PUT", 4)]
 
 
+def test_available_now_stops_at_what_was_there(stream_reader, tmp_path) -> None:
+    seg = write_segment(tmp_path, "jobs", 1000, items(1, 2))
+    reader = stream_reader({"path": str(tmp_path)})
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    with open(seg, "ab") as f:
+        f.write(items(3, 1)[0].record())
+    end = reader.latestOffset(start, None)
+    assert offered(reader, start, end) == [("PUT", 1), ("PUT", 2)]
+    assert reader.latestOffset(end, None) == end
+
+
 class Writer(threading.Thread):
     """Appends items to a queue folder like the server: torn writes, rotation, archiving."""
 

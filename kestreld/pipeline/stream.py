@@ -154,7 +154,9 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
         if start is None:  # PySpark < 4.2 calls latestOffset() without arguments
             start = self._last or self.initialOffset()
         if self._available_now is not None:
-            end = self._available_now
+            # Stop at what was there when the trigger started; keep queues it did not see.
+            queues = {**start.get("queues", {}), **self._available_now["queues"]}
+            end = {"queues": dict(sorted(queues.items()))}
         else:
             end = self._latest(start)
         self._last = end
