@@ -156,4 +156,8 @@ def _name_of(path: str) -> str:
 
 
 def _queue_of(path: str) -> str:
-    return _name_of(path).partition(".")[0]
+    """The queue a listed file belongs to, or "" when its name says none."""
+    from kestreld.journal.files import is_legal_name
+
+    queue, dot, _ = _name_of(path).partition(".")
+    return queue if dot and is_legal_name(queue) else ""
