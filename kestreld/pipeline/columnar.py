@@ -27,9 +27,11 @@ from kestreld.pipeline.schema import OP_PROBLEM, OP_PUT, OP_READ_DONE, OP_READ_H
 if TYPE_CHECKING:
     import pyarrow as pa
 
-#: Records per scan call (and at most per batch) when payloads are skipped.
+    from kestreld.journal.kestrel2 import Kestrel2Op
+
+#: Records per scan call (and at most per batch).
 CHUNK_RECORDS = 32768
-#: Payload bytes aimed for per batch when payloads are read.
+#: Payload bytes per batch at most (a batch holds at least one item, up to 16 MiB).
 CHUNK_DATA_BYTES = 32 << 20
 
 _offset = attrgetter("offset")
@@ -80,10 +82,33 @@ def problem_batch(
     )
 
 
+def _byte_bounded(sizes: list[int], cap: int = CHUNK_DATA_BYTES) -> Iterator[tuple[int, int]]:
+    """Index ranges of ``sizes`` holding at most ``cap`` bytes each (at least one item)."""
+    lo, total = 0, 0
+    for i, size in enumerate(sizes):
+        if total and total + size > cap:
+            yield lo, i
+            lo, total = i, 0
+        total += size
+    if lo < len(sizes):
+        yield lo, len(sizes)
+
+
+def _binary_column(view: memoryview, starts: list[int], sizes: list[int]) -> pa.Array:
+    """One Arrow binary array of ``view[start:start + size]`` slices (one copy)."""
+    import pyarrow as pa
+
+    values = b"".join([view[s : s + n] for s, n in zip(starts, sizes, strict=True)])
+    offsets = array("i", accumulate(sizes, initial=0))
+    return pa.Array.from_buffers(
+        pa.binary(), len(sizes), [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+    )
+
+
 def _puts_batch(
     jf: JournalFile,
     puts: list[codec.Put],
-    ends: list[int],
+    ends: list[int] | None,
     view: memoryview | None,
 ) -> pa.RecordBatch:
     """Columns of PUT rows; ``ends[i]`` is where record i stops (its data's end)."""
@@ -91,13 +116,9 @@ def _puts_batch(
 
     n = len(puts)
     sizes = list(map(_size, puts))
-    if view is not None:
+    if view is not None and ends is not None:
         # The data block is the last `size` bytes of each record.
-        values = b"".join([view[e - s : e] for e, s in zip(ends, sizes, strict=True)])
-        offsets = array("i", accumulate(sizes, initial=0))
-        data = pa.Array.from_buffers(
-            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
-        )
+        data = _binary_column(view, [e - s for e, s in zip(ends, sizes, strict=True)], sizes)
     else:
         data = pa.nulls(n, pa.binary())
     columns = [
@@ -182,7 +203,7 @@ def _scan_segment(
             return
         pos = codec.MAGIC_SIZE
     view = memoryview(mm) if include_data else None
-    limit = CHUNK_RECORDS if not include_data else 1024
+    limit = CHUNK_RECORDS
     try:
         while True:
             res = codec.scan(mm, pos, stop, include_data=False, limit=limit)
@@ -197,12 +218,12 @@ def _scan_segment(
                     if type(rec) is codec.Put:
                         puts.append(rec)
                         put_ends.append(rec_end)
-                if puts:
-                    yield _puts_batch(jf, puts, put_ends, view)
-                if view is not None:
-                    # Aim for CHUNK_DATA_BYTES of payload per batch.
-                    avg = max(1, (res.pos - pos) // len(records))
-                    limit = max(16, min(CHUNK_RECORDS, CHUNK_DATA_BYTES // avg))
+                if view is None:
+                    if puts:
+                        yield _puts_batch(jf, puts, None, None)
+                else:
+                    for lo, hi in _byte_bounded([p.size for p in puts]):
+                        yield _puts_batch(jf, puts[lo:hi], put_ends[lo:hi], view)
             pos = res.pos
             if res.status == codec.Status.MORE and hit_limit and pos < stop:
                 continue
@@ -257,8 +278,6 @@ def read_kestrel2(
     jf: JournalFile, *, include_data: bool, kestrel_2_0: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """One row per operation of a Kestrel 2.x journal file (decoded by ``kestrel2``)."""
-    import pyarrow as pa
-
     from kestreld.journal.kestrel2 import scan_kestrel2
 
     try:
@@ -266,49 +285,71 @@ def read_kestrel2(
     except OSError as e:
         yield problem_batch(jf.queue, jf.reader, jf.name, 0, f"cannot read: {e.strerror or e}")
         return
-    schema = arrow_schema()
     with f:
         if os.fstat(f.fileno()).st_size == 0:
             return
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            pos = 0
-            while True:
-                ops, stop, problem = scan_kestrel2(
-                    mm, pos, kestrel_2_0=kestrel_2_0, include_data=include_data, limit=8192
-                )
-                if ops:
-                    n = len(ops)
-                    yield pa.RecordBatch.from_arrays(
-                        [
-                            _constant(jf.queue, n),
-                            _constant(jf.reader, n),
-                            _constant(jf.name, n),
-                            pa.array([op.offset for op in ops], pa.int64()),
-                            pa.array([op.name for op in ops], pa.string()),
-                            pa.array([op.xid for op in ops], pa.int64()),
-                            pa.array(
-                                [None if op.add_time is None else op.add_time * 1000 for op in ops],
-                                pa.int64(),
-                            ).view(pa.timestamp("us", tz="UTC")),
-                            pa.array(
-                                [
-                                    None if op.expire_time is None else op.expire_time * 1000
-                                    for op in ops
-                                ],
-                                pa.int64(),
-                            ).view(pa.timestamp("us", tz="UTC")),
-                            pa.nulls(n, pa.int32()),
-                            pa.array([op.size for op in ops], pa.int32()),
-                            pa.array([op.data for op in ops], pa.binary()),
-                        ],
-                        schema=schema,
+            view = memoryview(mm) if include_data else None
+            try:
+                pos = 0
+                while True:
+                    # Payloads are gathered from the map, not copied op by op.
+                    ops, stop, problem = scan_kestrel2(
+                        mm, pos, kestrel_2_0=kestrel_2_0, include_data=False, limit=8192
                     )
-                if problem is not None:
-                    yield problem_batch(jf.queue, jf.reader, jf.name, stop, problem)
-                    return
-                if stop >= len(mm):
-                    return
-                pos = stop
+                    for lo, hi in _byte_bounded([op.size or 0 for op in ops]):
+                        yield _kestrel2_batch(jf, ops[lo:hi], view)
+                    if problem is not None:
+                        yield problem_batch(jf.queue, jf.reader, jf.name, stop, problem)
+                        return
+                    if stop >= len(mm):
+                        return
+                    pos = stop
+            finally:
+                if view is not None:
+                    view.release()
+
+
+def _kestrel2_batch(
+    jf: JournalFile, ops: list[Kestrel2Op], view: memoryview | None
+) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    n = len(ops)
+    ts = pa.timestamp("us", tz="UTC")
+    if view is None:
+        data = pa.nulls(n, pa.binary())
+    else:
+        items = [i for i, op in enumerate(ops) if op.size is not None]
+        gathered = _binary_column(
+            view, [ops[i].data_offset for i in items], [ops[i].size for i in items]
+        )
+        if len(items) == n:
+            data = gathered
+        else:  # ops without an item (REMOVE, ...) get a null
+            where = {i: k for k, i in enumerate(items)}
+            data = gathered.take(pa.array([where.get(i) for i in range(n)], pa.int64()))
+    return pa.RecordBatch.from_arrays(
+        [
+            _constant(jf.queue, n),
+            _constant(jf.reader, n),
+            _constant(jf.name, n),
+            pa.array([op.offset for op in ops], pa.int64()),
+            pa.array([op.name for op in ops], pa.string()),
+            pa.array([op.xid for op in ops], pa.int64()),
+            pa.array(
+                [None if op.add_time is None else op.add_time * 1000 for op in ops], pa.int64()
+            ).view(ts),
+            pa.array(
+                [None if op.expire_time is None else op.expire_time * 1000 for op in ops],
+                pa.int64(),
+            ).view(ts),
+            pa.nulls(n, pa.int32()),
+            pa.array([op.size for op in ops], pa.int32()),
+            data,
+        ],
+        schema=arrow_schema(),
+    )
 
 
 def read_file(
