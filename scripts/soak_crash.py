@@ -78,8 +78,9 @@ class CrashReport:
     aborts: int = 0
     redelivered_after_crash: int = 0  # allowed re-deliveries (open or recently confirmed)
     segments_seen_max: int = 0
-    #: (seconds before the crash, reader) of every confirmed item that came back
-    returned_confirm_ages: list[tuple[float, str]] = field(default_factory=list)
+    #: the oldest confirm (seconds before its crash) that came back
+    max_returned_confirm_age: float = 0.0
+    generations: int = 0  # ledgers checked and closed (drain, check, clean restart)
     guarded_confirms: int = 0  # confirms old enough at their crash that they must not return
     startup_kills: int = 0  # extra kills while the server was still recovering
     drains: int = 0  # restarts after which every reader was drained and checked complete
@@ -88,10 +89,6 @@ class CrashReport:
     #: phantom, order, clean_restart, server_error
     violations: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
-
-    @property
-    def max_returned_confirm_age(self) -> float:
-        return max((age for age, _ in self.returned_confirm_ages), default=0.0)
 
     def of(self, kind: str) -> list[str]:
         return [m for k, m in self.violations if k == kind]
@@ -103,7 +100,8 @@ class CrashReport:
             f"guarded_confirms={self.guarded_confirms} aborts={self.aborts} "
             f"redelivered_after_crash={self.redelivered_after_crash} "
             f"max_returned_confirm_age={self.max_returned_confirm_age:.3f}s "
-            f"max_segments={self.segments_seen_max} startup_kills={self.startup_kills} drains={self.drains} lost={self.lost} "
+            f"max_segments={self.segments_seen_max} startup_kills={self.startup_kills} "
+            f"drains={self.drains} ledgers={self.generations} lost={self.lost} "
             f"violations={len(self.violations)} seconds={self.seconds:.1f}"
         )
 
@@ -288,6 +286,8 @@ class CrashCampaign:
         self.report = CrashReport()
         self.startup_kill_chance = 0.2
         self.drain_every = 4  # every 4th life starts by draining every reader
+        self.epoch_no = 0  # server lives so far, over every generation (keys stay unique)
+        self._log_checked = 0
         self._started = time.monotonic()
 
     # --- running -----------------------------------------------------------------------
@@ -312,7 +312,9 @@ class CrashCampaign:
             workers.append(
                 (
                     threading.Thread(
-                        target=_producer, args=(srv, epoch, pid, base + pid, stop, ev), daemon=True
+                        target=_producer,
+                        args=(srv, self.epoch_no, pid, base + pid, stop, ev),
+                        daemon=True,
                     ),
                     ev,
                 )
@@ -344,6 +346,7 @@ class CrashCampaign:
             if t.is_alive():
                 raise RuntimeError("a client thread did not notice the crash")
         self.epochs.append(pre + [ev for _, ev in workers])
+        self.epoch_no += 1
         self.report.cycles += 1
 
     def _kill_during_startup(self) -> None:
@@ -359,13 +362,28 @@ class CrashCampaign:
         proc.wait()
         self.report.startup_kills += 1
 
-    def run(self, cycles: int | None = None, seconds: float | None = None) -> CrashReport:
+    def run(
+        self,
+        cycles: int | None = None,
+        seconds: float | None = None,
+        generation_cycles: int | None = None,
+    ) -> CrashReport:
+        """Crash cycles until ``cycles`` or ``seconds``; then the final check.
+
+        With ``generation_cycles`` the ledger is checked and closed every that many
+        cycles (drain, check, clean restart) and a fresh one begins, so a long soak
+        keeps bounded memory; an old item that came back later is still caught
+        (delivered but never sent in the current ledger).
+        """
         started = time.monotonic()
         while True:
             if cycles is not None and self.report.cycles >= cycles:
                 break
             if seconds is not None and time.monotonic() - started >= seconds:
                 break
+            if generation_cycles and len(self.epochs) >= generation_cycles:
+                self.finish()
+                self.log(f"ledger {self.report.generations} closed: {self.report.summary()}")
             self.cycle()
             if self.report.cycles % 10 == 0:
                 self.log(f"cycle {self.report.cycles}: {self._quick_counts()}")
@@ -375,7 +393,7 @@ class CrashCampaign:
     def _quick_counts(self) -> str:
         acked = sum(len(ev.acked) for evs in self.epochs for ev in evs)
         dl = sum(len(ev.delivered) for evs in self.epochs for ev in evs)
-        return f"acked={acked} deliveries={dl}"
+        return f"acked={self.report.acked + acked} deliveries={self.report.deliveries + dl}"
 
     def finish(self) -> None:
         """Restart, drain every reader, check the ledger, then check a clean restart keeps it."""
@@ -391,6 +409,9 @@ class CrashCampaign:
         c.close()
         srv.stop()
         self.check(drained, leftovers)
+        self.epochs.clear()
+        self.kill_times.clear()
+        self.report.generations += 1
         self.report.seconds = time.monotonic() - self._started
 
     def _drain(self) -> tuple[CycleEvents, dict[str, list[str]]]:
@@ -462,7 +483,7 @@ class CrashCampaign:
                     if prior is not None and prior[0] < epoch:
                         conf_epoch, conf_time = prior
                         age = self.kill_times[conf_epoch] - conf_time
-                        rep.returned_confirm_ages.append((age, reader))
+                        rep.max_returned_confirm_age = max(rep.max_returned_confirm_age, age)
                         if age > self.confirm_grace:
                             v.append(
                                 (
@@ -488,8 +509,8 @@ class CrashCampaign:
                     last_confirm[reader][key] = (epoch, t)
                     if kill is not None and kill - t > self.confirm_grace:
                         rep.guarded_confirms += 1
-        rep.attempted = len(attempted)
-        rep.acked = len(acked)
+        rep.attempted += len(attempted)
+        rep.acked += len(acked)
         for reader in READERS:
             missing = acked - seen[reader]
             rep.lost += len(missing)
@@ -519,17 +540,23 @@ class CrashCampaign:
                         f"{reader}: item {leftovers[reader][:30]!r} came back after a clean restart",
                     )
                 )
-        errors = [e for e in self.srv.log_lines if '"level": "error"' in e or "Traceback" in e]
+        lines, self._log_checked = self.srv.log_lines[self._log_checked :], len(self.srv.log_lines)
+        errors = [e for e in lines if '"level": "error"' in e or "Traceback" in e]
         if errors:
             v.append(("server_error", f"server logged errors: {errors[:3]}"))
 
 
 def main_loop(
-    folder: Path, cycles: int | None, seconds: float | None, seed: int, **kw
+    folder: Path,
+    cycles: int | None,
+    seconds: float | None,
+    seed: int,
+    generation_cycles: int | None = None,
+    **kw,
 ) -> CrashReport:
     campaign = CrashCampaign(folder, seed=seed, **kw)
     try:
-        return campaign.run(cycles, seconds)
+        return campaign.run(cycles, seconds, generation_cycles)
     finally:
         campaign.srv.kill()
 
@@ -573,6 +600,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--max-run", type=float, default=1.5, help="longest server life in seconds (default 1.5)"
     )
+    p.add_argument(
+        "--generation",
+        type=int,
+        default=100,
+        metavar="CYCLES",
+        help="check and close the ledger every this many cycles (bounded memory; default 100)",
+    )
     p.add_argument("--folder", help="queue folder to use (default: a temporary one, removed after)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
@@ -599,14 +633,14 @@ def main(argv: list[str] | None = None) -> int:
             confirm_grace=args.grace,
             min_run=args.min_run,
             max_run=args.max_run,
+            generation_cycles=args.generation,
             log=lambda msg: print(msg, flush=True),
         )
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
-        out = {k: v for k, v in vars(report).items() if k != "returned_confirm_ages"}
-        out["max_returned_confirm_age"] = report.max_returned_confirm_age
+        out = dict(vars(report))
         out["seed"] = seed
         print(json.dumps(out, indent=2))
     else:
