@@ -231,3 +231,16 @@ def test_temporaries_are_ignored(tmp_path) -> None:
     listing = list_journal_files([str(tmp_path)])
     assert [f.name for f in listing.files] == ["jobs.1000"]
     assert listing.problems == []
+
+
+def test_big_payloads_are_split_into_batches_of_bounded_size(tmp_path) -> None:
+    pytest.importorskip("pyarrow")
+    from kestreld.pipeline.columnar import CHUNK_DATA_BYTES, read_file
+
+    big = [Item(i, BASE_MS, bytes([i]) * (12 << 20)) for i in range(1, 6)]
+    write_segment(tmp_path, "jobs", 1000, big + [Item(6, BASE_MS, b"small")])
+    [jf] = list_journal_files([str(tmp_path)]).files
+    batches = list(read_file(jf, include_data=True))
+    assert all(sum(batch.column("size").to_pylist()) <= CHUNK_DATA_BYTES for batch in batches)
+    data = [v for batch in batches for v in batch.column("data").to_pylist()]
+    assert data == [i.data for i in big] + [b"small"]
