@@ -19,7 +19,7 @@ import bench_report as report
 from bench_backlog import backlog_lines, run_backlog
 from bench_profile import Profiler, summarize
 from bench_servers import machine_description
-from bench_workloads import Row, Spec, measure, with_changes
+from bench_workloads import Row, Spec, measure, median_rows, with_changes
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 _UNITS = {
@@ -241,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", metavar="REGEX", help="only rows whose key matches (e.g. 'c100')")
     p.add_argument("--list", action="store_true", help="list the rows' keys and exit")
     p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each row N times (alternating which server goes first); report medians",
+    )
+    p.add_argument(
         "--backlog",
         type=size_arg,
         default=0,
@@ -324,10 +330,15 @@ def spec_from(args: argparse.Namespace) -> Spec:
     return spec
 
 
-def run_rows(specs: list[Spec], servers: list[str], args: argparse.Namespace) -> list[Row]:
+def run_rows(
+    specs: list[Spec], servers: list[str], args: argparse.Namespace, repeat: int = 1
+) -> list[Row]:
+    """Every spec against every server; repeated runs follow each other, alternating which
+    server goes first, so that both see the same load from the rest of the machine."""
     rows: list[Row] = []
     for i, spec in enumerate(specs, 1):
-        for server in servers:
+        order = [s for r in range(repeat) for s in (servers if r % 2 == 0 else servers[::-1])]
+        for server in order:
             profile = None
             if getattr(args, "profile", None) and server == "kestreld":
                 Path(args.profile).mkdir(parents=True, exist_ok=True)
@@ -444,7 +455,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     machine = machine_description()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     log(f"compare: {len(specs)} workloads x 2 servers; machine {machine}")
-    rows = run_rows(specs, ["kestreld", "memcached"], args)
+    runs = run_rows(specs, ["kestreld", "memcached"], args, repeat=args.repeat)
+    rows = median_rows(runs)
     backlog = None
     if args.backlog:
         backlog = run_backlog(size=args.backlog, workdir=args.workdir, procs=args.procs, log=log)
@@ -488,6 +500,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 "started": started,
                 "machine": machine,
                 "rows": [r.to_json() for r in rows],
+                "runs": [r.to_json() for r in runs],
                 "backlog": backlog,
                 "targets": [
                     dict(zip(report.TARGET_COLUMNS, t.cells(), strict=True)) for t in targets

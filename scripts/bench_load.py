@@ -53,6 +53,7 @@ class Role:
     shared_stop: bool = False  # connections race on one queue: stop when the role has `count`
     stop_on_miss: bool = False  # a miss means the queue is drained
     verify: bool = False  # count the ids received (exactly-once check)
+    ordered: bool = False  # get: each connection must receive ids in increasing order (FIFO)
     reads: int = 1  # pair: gets per set
     abort_rate: float = 0.0  # reliable: give this fraction of open reads back (/abort)
     drop_rate: float = 0.0  # reliable: drop the connection holding this fraction of open reads
@@ -382,6 +383,7 @@ class GetConnection(Connection):
         self.asked = 0
         self.batch_hits = 0
         self.missed = False
+        self.last_id = -1
 
     def next_batch(self) -> tuple[bytes, int, int] | None:
         role = self.role
@@ -404,7 +406,12 @@ class GetConnection(Connection):
         self.got += 1
         self.batch_hits += 1
         if w.ids is not None:
-            w.count_id(int(buf[start : start + ID_DIGITS]))
+            id_ = int(buf[start : start + ID_DIGITS])
+            w.count_id(id_)
+            if self.role.ordered:
+                if id_ < self.last_id:
+                    w.error(f"out of order: id {id_} after {self.last_id}")
+                self.last_id = id_
 
     def on_line(self, line: bytes) -> None:
         if line == b"END":

@@ -22,7 +22,22 @@ def _ratio(a: float, b: float) -> str:
 
 
 def _lat(row: Row) -> str:
-    return f"{_n(row.p50_ms)} / {_n(row.p99_ms)} / {_n(row.max_ms)}"
+    p99 = _n(row.p99_ms)
+    if row.runs > 1:
+        p99 += f" ({_n(row.p99_range[0])}-{_n(row.p99_range[1])})"
+    return f"{_n(row.p50_ms)} / {p99} / {_n(row.max_ms)}"
+
+
+def _cpu(row: Row) -> str:
+    """Server CPU per op; with several runs, the median and (min-max)."""
+    if row.runs > 1:
+        lo, hi = row.server_us_range
+        return f"{_n(row.server_us)} ({_n(lo)}-{_n(hi)})"
+    return _n(row.server_us)
+
+
+def _pct(f: float) -> str:
+    return f"{f:.1%}" if f < 0.1 else f"{f:.0%}"
 
 
 # --- one server's rows -------------------------------------------------------------------------------
@@ -48,7 +63,7 @@ def row_cells(row: Row) -> list[str]:
         row.server,
         f"{_n(row.rate)} {row.unit}s",
         _lat(row),
-        _n(row.server_us),
+        _cpu(row),
         f"{row.server_cores:.2f}",
         f"{row.rss_mib:.1f}",
         _n(row.client_us),
@@ -120,8 +135,8 @@ def compare_cells(k: Row | None, m: Row | None) -> list[str]:
         f"{_n(m.rate)}" if m else dash,
         _lat(k) if k else dash,
         _lat(m) if m else dash,
-        _n(k.server_us) if k else dash,
-        _n(m.server_us) if m else dash,
+        _cpu(k) if k else dash,
+        _cpu(m) if m else dash,
         _ratio(k.server_us, m.server_us) if k and m else dash,
         _ratio(k.p99_ms, m.p99_ms) if k and m else dash,
         f"{k.rss_mib:.1f}" if k else dash,
@@ -169,10 +184,10 @@ class Target:
             return "not measured"
         f = self.value / self.bound
         if self.higher_is_better:
-            return f"{f - 1:.0%} above the floor" if f >= 1 else f"{1 - f:.0%} below the floor"
+            return f"{_pct(f - 1)} above the floor" if f >= 1 else f"{_pct(1 - f)} below the floor"
         if f <= 1:
-            return f"{1 - f:.0%} under the limit"
-        return f"{f - 1:.0%} over the limit"
+            return f"{_pct(1 - f)} under the limit"
+        return f"{_pct(f - 1)} over the limit"
 
     def cells(self) -> list[str]:
         verdict = {True: "MET", False: "MISSED", None: "n/a"}[self.met]

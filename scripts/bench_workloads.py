@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -262,9 +263,42 @@ class Row:
     errors: int
     error_samples: list[str]
     note: str = ""
+    runs: int = 1  # > 1: every figure is the median of this many runs
+    server_us_range: tuple[float, float] = (0.0, 0.0)  # over the runs
+    p99_range: tuple[float, float] = (0.0, 0.0)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def median_rows(rows: list[Row]) -> list[Row]:
+    """One row per (workload, server): each number the median of its runs, checks all kept."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.key, r.server), []).append(r)
+    out = []
+    for runs in groups.values():
+        first = runs[0]
+        if len(runs) == 1:
+            first.server_us_range = (first.server_us, first.server_us)
+            first.p99_range = (first.p99_ms, first.p99_ms)
+            out.append(first)
+            continue
+        merged = dataclasses.replace(first)
+        for f in dataclasses.fields(Row):
+            values = [getattr(r, f.name) for r in runs]
+            if f.type in ("float", "int") and not f.name.endswith("range"):
+                setattr(merged, f.name, statistics.median(values))
+        checks = sorted({r.check for r in runs})
+        merged.check = checks[0] if len(checks) == 1 else "; ".join(checks)
+        merged.errors = sum(r.errors for r in runs)
+        merged.error_samples = [s for r in runs for s in r.error_samples][:5]
+        merged.loadavg = " | ".join(r.loadavg for r in runs)
+        merged.runs = len(runs)
+        merged.server_us_range = (min(r.server_us for r in runs), max(r.server_us for r in runs))
+        merged.p99_range = (min(r.p99_ms for r in runs), max(r.p99_ms for r in runs))
+        out.append(merged)
+    return out
 
 
 class _RssSampler(threading.Thread):

@@ -84,3 +84,16 @@ def test_profile_summary_shares_of_self_and_total(tmp_path):
     text = bench_profile.summarize(raw)
     assert "75.0%  flush (c.py)" in text
     assert "100.0%  loop (b.py)" in text
+
+
+def test_repeated_runs_report_medians_and_ranges():
+    from bench_workloads import Row, median_rows
+
+    def row(us: float, p99: float) -> Row:
+        return Row("set-1k-c100-d1", "set", "kestreld", "set", 100, 100, 1.0, 100.0, 1.0,
+                   p99, 9.0, 1.0, us, 0.5, 10.0, 12.0, 0.1, 1.0, 0.1, 1.0, "1 1 1",
+                   "-", 0, [])  # fmt: skip
+
+    (merged,) = median_rows([row(30, 5), row(50, 9), row(40, 7)])
+    assert merged.runs == 3 and merged.server_us == 40 and merged.p99_ms == 7
+    assert merged.server_us_range == (30, 50) and merged.p99_range == (5, 9)
