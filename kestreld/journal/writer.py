@@ -45,10 +45,12 @@ class JournalWriteError(Exception):
 class Batch:
     """Puts written together; resolved once written (and fsynced when required)."""
 
-    __slots__ = ("done", "error", "callbacks", "started")
+    __slots__ = ("done", "error", "callbacks", "started", "end_segment", "end_offset")
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
+        self.end_segment: Segment | None = None  # where its last put ends
+        self.end_offset = 0
         self.done = False
         self.error: str | None = None
         self.callbacks: list[Callable[[Batch], None]] = []
@@ -79,6 +81,9 @@ class Segment:
     last_id: int = 0
     size: int = codec.MAGIC_SIZE  # logical size, including bytes still in the buffer
     written: int = codec.MAGIC_SIZE  # bytes handed to the OS
+    visible: int = (
+        codec.MAGIC_SIZE
+    )  # bytes of successfully acknowledged batches: what readers may read
     items: int = 0
     data_bytes: int = 0
 
@@ -136,7 +141,7 @@ class WriterJournal:
             except OSError as e:
                 warnings.append(f"{path}: cannot read ({e.strerror}); skipped")
                 continue
-            seg.size = seg.written = size
+            seg.size = seg.written = seg.visible = size
             if size < codec.MAGIC_SIZE:
                 warnings.append(f"{path}: {size}-byte segment without a complete header; removed")
                 _unlink(path)
@@ -223,7 +228,7 @@ class WriterJournal:
             with open(seg.path, "r+b") as f:
                 f.truncate(pos)
         seg.first_id, seg.last_id, seg.items, seg.data_bytes = first, last, items, nbytes
-        seg.size = seg.written = pos
+        seg.size = seg.written = seg.visible = pos
         return warnings
 
     # --- writing ----------------------------------------------------------------------
@@ -277,6 +282,8 @@ class WriterJournal:
         batch = self._batch
         if batch is None:
             batch = self._batch = Batch()
+        batch.end_segment = seg
+        batch.end_offset = seg.size
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._get_loop().call_soon(self.flush)
@@ -371,11 +378,22 @@ class WriterJournal:
             self._unsynced.append(batch)
             self._start_sync()
             return
-        batch.resolve()
+        self._acknowledge(batch)
         if self.sync_journal is not None and self._sync_timer is None and not self._syncing:
             self._sync_timer = self._get_loop().call_later(
                 self.sync_journal / 1000, self._periodic_sync
             )
+
+    def _acknowledge(self, batch: Batch) -> None:
+        """The batch is safe: readers may now read it, then its waiters learn so."""
+        end = batch.end_segment
+        if end is not None and not batch.done:
+            for seg in self.segments:
+                if seg is end:
+                    seg.visible = max(seg.visible, batch.end_offset)
+                    break
+                seg.visible = seg.size  # a batch spanning a rotation
+        batch.resolve()
 
     def _periodic_sync(self) -> None:
         self._sync_timer = None
@@ -410,7 +428,10 @@ class WriterJournal:
             log.error("journal_fsync_failed", queue=self.queue, error=str(exc))
             self._failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
         for batch in waiting:
-            batch.resolve(error)
+            if error is None:
+                self._acknowledge(batch)
+            else:
+                batch.resolve(error)
         if self._unsynced or (self.sync_journal == 0 and self._retired_fds):
             self._start_sync()
 
@@ -438,7 +459,10 @@ class WriterJournal:
         if batch is not None:
             pending.append(batch)
         for b in pending:
-            b.resolve(error)
+            if error is None:
+                self._acknowledge(b)
+            else:
+                b.resolve(error)
 
     @property
     def syncing(self) -> bool:
@@ -489,15 +513,11 @@ class WriterJournal:
     ) -> tuple[list[codec.Put], int, str | None]:
         """Complete PUTs from ``seg`` at ``offset``, about ``max_bytes`` worth.
 
-        Returns (puts with file offsets, next offset, problem).  Only bytes already written are
-        read; pending buffered puts are written first when they are needed.
+        Returns (puts with file offsets, next offset, problem).  Only acknowledged
+        puts are read (``seg.visible``): a put whose batch is pending or failed is
+        not, so readers never see an item its producer was not told is stored.
         """
-        if seg is self.current and seg.written < seg.size and offset >= seg.written:
-            try:
-                self.write_buffer()
-            except JournalWriteError:
-                pass
-        end = seg.written
+        end = seg.visible
         if offset >= end:
             return [], offset, None
         fd = self._read_fds.get(seg.path)

@@ -92,7 +92,8 @@ class MemcacheConnection(asyncio.Protocol):
         self.out: list[bytes | Batch] = []
         self.out_size = 0  # large reply bytes in self.out
         self.pending_batches = 0
-        self._last_batch: Batch | None = None
+        self.unacked: list[Batch] = []  # batches holding this connection's sets, not yet resolved
+        self.held = False  # a request waits for those sets
         self.waiting: asyncio.Future | None = None
         self.closing = False
         self.write_paused = False
@@ -169,7 +170,7 @@ class MemcacheConnection(asyncio.Protocol):
             self.chunks = None
         elif self.buf:
             data = self.buf + data
-        if self.waiting is not None or self.write_paused or self.closing:
+        if self.waiting is not None or self.write_paused or self.closing or self.held:
             self.buf = data
             if len(data) > INPUT_PAUSE_LIMIT:
                 self._pause_reading()
@@ -189,7 +190,7 @@ class MemcacheConnection(asyncio.Protocol):
         max_line = self.server.config.max_line_length
         commands = _COMMANDS
         while pos < end:
-            if self.waiting is not None or self.closing or self.write_paused:
+            if self.waiting is not None or self.closing or self.write_paused or self.held:
                 break
             pending = self.pending_set
             if pending is not None:
@@ -214,6 +215,7 @@ class MemcacheConnection(asyncio.Protocol):
                 break
             stop = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
             args = data[pos:stop].split()
+            line_start = pos
             pos = nl + 1
             if not args:
                 continue
@@ -224,6 +226,12 @@ class MemcacheConnection(asyncio.Protocol):
                     name = args[0].lower().decode("ascii", "replace")[:40]
                     self.out.append(_client_error(f"unknown command {name}"))
                     continue
+            if self.unacked and handler is not _SET and self._unacked_pending():
+                # This connection's sets are not acknowledged yet: what follows
+                # must see them (a get after a set gets the item), so wait.
+                self.held = True
+                pos = line_start
+                break
             try:
                 handler(self, args)
             except Exception as e:  # a bug must cost one request, not the connection
@@ -261,7 +269,7 @@ class MemcacheConnection(asyncio.Protocol):
 
     def _resume(self) -> None:
         """Continue with buffered input after a wait or a write pause ended."""
-        if self.closing or self.write_paused or self.waiting is not None:
+        if self.closing or self.write_paused or self.waiting is not None or self.held:
             return
         if self.read_paused and self.transport is not None:
             self.read_paused = False
@@ -304,10 +312,16 @@ class MemcacheConnection(asyncio.Protocol):
             self.stats.bytes_written += len(data)
             self.transport.write(data)
 
+    def _unacked_pending(self) -> bool:
+        """Prune acknowledged batches; True while one of this connection's sets is pending."""
+        self.unacked = [b for b in self.unacked if not b.done]
+        return bool(self.unacked)
+
     def _on_batch(self, batch: Batch) -> None:
-        if self._last_batch is batch:
-            self._last_batch = None
         self.flush_out()
+        if self.held and not self._unacked_pending():
+            self.held = False
+            self._resume()
 
     def _close_after_reply(self) -> None:
         self.flush_out()
@@ -383,6 +397,11 @@ class MemcacheConnection(asyncio.Protocol):
             if not noreply:
                 self.out.append(_server_error(f"journal write failed: {e.strerror}"))
             return
+        if batch is not None and not batch.done:
+            unacked = self.unacked
+            if not unacked or unacked[-1] is not batch:
+                unacked.append(batch)
+                batch.add_done_callback(self._on_batch)
         if noreply:
             return
         if batch is None or batch.done:
@@ -396,9 +415,6 @@ class MemcacheConnection(asyncio.Protocol):
             return
         self.out.append(batch)
         self.pending_batches += 1
-        if self._last_batch is not batch:
-            self._last_batch = batch
-            batch.add_done_callback(self._on_batch)
 
     # --- get ------------------------------------------------------------------------------
 
@@ -760,3 +776,5 @@ _COMMANDS = {
     b"confirm": MemcacheConnection.cmd_confirm,
     b"status": MemcacheConnection.cmd_status,
 }
+
+_SET = MemcacheConnection.cmd_set

@@ -7,6 +7,7 @@ A ``journal = false`` queue keeps no files and lives in memory only.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from concurrent.futures import Executor
@@ -16,7 +17,7 @@ import structlog
 from kestreld.config import QueueConfig, ServerConfig
 from kestreld.journal.checkpoint import read_checkpoint, write_checkpoint
 from kestreld.journal.files import QueueFiles, checkpoint_name
-from kestreld.journal.writer import Batch, JournalWriteError, WriterJournal
+from kestreld.journal.writer import Batch, JournalWriteError, Segment, WriterJournal
 from kestreld.queues.item import QueueItem
 from kestreld.queues.reader import Reader
 
@@ -54,6 +55,11 @@ class JournaledQueue:
         self.created_at = time.monotonic()
         self.last_activity = self.created_at
         self._next_id = 1  # ids of journal-less queues
+        # Puts of the batch not yet acknowledged (see put()).
+        self._pending_batch: Batch | None = None
+        self._pending: list[tuple[QueueItem, Segment, int]] = []
+        self.pending_items = 0
+        self.pending_bytes = 0
         self.deleted = False
 
     # --- start-up ---------------------------------------------------------------------
@@ -142,24 +148,54 @@ class JournaledQueue:
             if not expire_time or expire_time > limit:
                 expire_time = limit
         readers = self.readers.values()
+        p_items, p_bytes = self.pending_items, self.pending_bytes
         for reader in readers:
-            if reader.is_full():
+            if reader.is_full(p_items, p_bytes):
                 if not reader.config.discard_old_when_full:
                     raise QueueFull(reader.full_name)
         for reader in readers:
             if reader.config.discard_old_when_full:
-                reader.make_room(now)
+                reader.make_room(now, p_items, p_bytes)
         self.last_activity = time.monotonic()
         journal = self.journal
-        if journal is not None:
-            id_, seg, offset, batch = journal.put(now, data, expire_time)
-        else:
-            id_, seg, offset, batch = self._next_id, None, 0, None
+        if journal is None:
+            item = QueueItem(self._next_id, now, expire_time, 0, data)
             self._next_id += 1
-        item = QueueItem(id_, now, expire_time, 0, data)
-        for reader in readers:
-            reader.offer(item, seg, offset, now)
+            for reader in readers:
+                reader.offer(item, None, 0, now)
+            return None
+        id_, seg, offset, batch = journal.put(now, data, expire_time)
+        # Readers get the item once its batch is acknowledged (written, or fsynced
+        # with sync_journal = 0): no consumer ever sees an item that was refused.
+        if batch is not self._pending_batch:
+            self._pending_batch = batch
+            self._pending = []
+            batch.add_done_callback(functools.partial(self._acknowledged, self._pending))
+        self._pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset))
+        self.pending_items += 1
+        self.pending_bytes += len(data)
         return batch
+
+    def _acknowledged(self, puts: list[tuple[QueueItem, Segment, int]], batch: Batch) -> None:
+        """A batch resolved: offer its items to the readers, or drop them if it failed."""
+        if self._pending is puts:
+            self._pending_batch = None
+            self._pending = []
+        self.pending_items -= len(puts)
+        self.pending_bytes -= sum(len(item.data) for item, _, _ in puts)
+        if self.deleted:
+            return
+        readers = list(self.readers.values())
+        if batch.error is not None:
+            # Refused with SERVER_ERROR: never delivered; the ids are spent.
+            for reader in readers:
+                for item, _, _ in puts:
+                    reader.commit(item.id)
+            return
+        now = int(time.time() * 1000)
+        for item, seg, offset in puts:
+            for reader in readers:
+                reader.offer(item, seg, offset, now)
 
     # --- durability -----------------------------------------------------------------------
 

@@ -120,7 +120,9 @@ class Reader:
     # --- adding -------------------------------------------------------------------------
 
     def offer(self, item: QueueItem, seg: Segment | None, offset: int, now: int) -> None:
-        """A new item for this reader (called for every put)."""
+        """A new item for this reader (called once its put is acknowledged)."""
+        if item.id <= self.head:
+            return  # put before this reader existed
         self.total_items += 1
         size = len(item.data)
         if item.expired(now, self.config.max_age):
@@ -144,15 +146,16 @@ class Reader:
                 return
             self.rb = ReadBehind(seg, offset, item.id)
 
-    def is_full(self) -> bool:
+    def is_full(self, pending_items: int = 0, pending_bytes: int = 0) -> bool:
+        """Full, counting puts not yet acknowledged (they are on their way in)."""
         cfg = self.config
-        return (cfg.max_items is not None and self.items >= cfg.max_items) or (
-            cfg.max_size is not None and self.bytes >= cfg.max_size
+        return (cfg.max_items is not None and self.items + pending_items >= cfg.max_items) or (
+            cfg.max_size is not None and self.bytes + pending_bytes >= cfg.max_size
         )
 
-    def make_room(self, now: int) -> None:
+    def make_room(self, now: int, pending_items: int = 0, pending_bytes: int = 0) -> None:
         """Discard oldest items until a new one fits (discard_old_when_full)."""
-        while self.is_full():
+        while self.is_full(pending_items, pending_bytes):
             item = self._pop(now)
             if item is None:
                 return
@@ -380,7 +383,8 @@ class Reader:
                     nxt = journal.following(seg)
                     if nxt is None:
                         # Caught up with the writer: back to memory-only mode.
-                        if offset >= seg.size:
+                        if offset >= seg.visible:
+                            # Puts still pending will be offered when acknowledged.
                             self.rb = None
                             self._resync_counts()
                         break
