@@ -666,17 +666,13 @@ def test_queue_names_aimed_at_the_file_system_create_nothing(fuzz_server, fuzz_r
     _control_round_trip(srv)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (spec): protocol.md allows 200-char queue and reader names, but "
-    "'<queue>.read.<reader>' is then up to 406 bytes, past NAME_MAX (255): the fanout "
-    "reader's checkpoint can never be written (checkpoint_failed every interval) and "
-    "the reader is gone after a restart",
-)
 def test_longest_legal_fanout_reader_survives_a_restart(make_server):
     srv = make_server('checkpoint_interval = "50ms"\n')
-    q, r = "a" * 200, "b" * 200
+    # '<queue>.read.<reader>~~<ms>' must fit 255 bytes: 234 characters of names at most.
+    q, r = "a" * 200, "b" * 34
     c = Conn(srv.connect())
+    c.send(f"get {q}+{r}b\r\n")
+    assert c.line() == b"CLIENT_ERROR bad queue name"
     assert c.get(f"{q}+{r}") is None  # creates the reader
     assert c.set(q, "item") == b"STORED"
     time.sleep(0.3)

@@ -2,9 +2,11 @@
 segment, permission errors.  The server never crashes, says clearly what failed,
 loses nothing it acknowledged and recovers by itself once the fault is gone.
 
-Full and read-only disks are real: a 2 MiB tmpfs mounted by the test (root
-only; skipped otherwise) and remounted read-only.  Permission errors need a
-server that is not root: it runs as ``nobody`` through ``setpriv``.
+The faults are real, not mocked: a full disk is a small tmpfs mounted by the
+test and filled with a ballast file; a read-only folder is a read-only bind
+mount laid over the running server's folder (both need root; skipped
+otherwise).  Permission errors need a server that is not root: it runs as
+``nobody`` through ``setpriv``.
 """
 
 from __future__ import annotations
@@ -199,12 +201,6 @@ def test_full_disk_confirms_reach_the_checkpoint_once_space_returns(tmpfs, serve
     assert _numbers(_drain(c, "cp")) == acked[10:], "confirmed items did not come back"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a put is offered to the readers before its journal write; when the write "
-    "fails the client gets SERVER_ERROR but the item is still delivered from memory "
-    "(and vanishes again at restart)",
-)
 def test_item_refused_with_server_error_is_never_delivered(tmpfs, servers):
     srv, _, ballast = _full_disk_server(tmpfs, servers)
     c = Conn(srv.connect())
@@ -425,7 +421,11 @@ def test_pipelined_sets_caught_by_a_failing_rotation_are_refused_not_acknowledge
     item = b"r" * 1000
     acked = []
     for burst in range(12):  # pipelined bursts: many puts buffered in one tick
-        c.send(b"".join(b"set rotfail 0 0 1004\r\n%04d%s\r\n" % (burst * 40 + i, item) for i in range(40)))
+        c.send(
+            b"".join(
+                b"set rotfail 0 0 1004\r\n%04d%s\r\n" % (burst * 40 + i, item) for i in range(40)
+            )
+        )
         for i in range(40):
             if c.line() == b"STORED":
                 acked.append(burst * 40 + i)
