@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 
@@ -15,16 +14,16 @@ from kestreld.pipeline import analyze
 pytestmark = pytest.mark.spark
 
 
-def server_config(archive) -> str:
-    return "\n".join(
-        [
-            'max_journal_size = "4KiB"',
-            f'archive_path = "{archive}"',
-            'checkpoint_interval = "100ms"',
-            '[queues."jobs+audit"]',
-            "",
-        ]
-    )
+def server_config(archive, *, audit: bool = True) -> str:
+    """Small segments, an archive, frequent checkpoints; ``jobs+audit`` a fanout reader."""
+    lines = [
+        'max_journal_size = "4KiB"',
+        f'archive_path = "{archive}"',
+        'checkpoint_interval = "100ms"',
+    ]
+    if audit:
+        lines.append('[queues."jobs+audit"]')
+    return "\n".join(lines) + "\n"
 
 
 def table(out, name: str) -> list[dict]:
@@ -92,34 +91,11 @@ def test_data_source_reads_the_server_folder_item_for_item(spark, make_server, t
     srv.stop()
 
 
-class Setter(threading.Thread):
-    """Sets items into a server queue at a steady pace."""
-
-    def __init__(self, srv, queue: str, payloads: list[bytes]) -> None:
-        super().__init__(daemon=True)
-        self.srv, self.queue, self.payloads = srv, queue, payloads
-        self.sent = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            client = self.srv.client()
-            for i, data in enumerate(self.payloads):
-                assert client.set(self.queue, data, noreply=False)
-                self.sent = i + 1
-                if i % 10 == 0:
-                    time.sleep(0.05)
-            client.close()
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            self.error = e
-
-
 def test_stream_follows_a_server_taking_sets_exactly_once(spark, make_server, tmp_path) -> None:
     archive, out, ck = tmp_path / "archive", tmp_path / "out", tmp_path / "ck"
-    srv = make_server(server_config(archive))
+    srv = make_server(server_config(archive, audit=False))
     payloads = list(pymemcache_items(1500, "s"))
-    setter = Setter(srv, "jobs", payloads)
-    setter.start()
+    chunks = [payloads[i : i + 300] for i in range(0, len(payloads), 300)]
 
     def start():
         return (
@@ -133,27 +109,37 @@ def test_stream_follows_a_server_taking_sets_exactly_once(spark, make_server, tm
             .start()
         )
 
+    def rows_in(query) -> int:
+        return sum(p["numInputRows"] for p in query.recentProgress)
+
+    client = srv.client()
     query = start()
-    consumer = srv.client()
-    deadline = time.monotonic() + 120
-    while sum(1 for p in query.recentProgress if p["numInputRows"]) < 2:
-        assert time.monotonic() < deadline, "the stream offered nothing"
-        assert setter.is_alive(), "the workload ended before the stream took two batches"
-        # The default reader consumes as it goes: dead segments move to the archive.
-        consumer.get("jobs")
-        time.sleep(0.05)
-    query.stop()
-    while consumer.get("jobs") is not None:
-        pass
-    setter.join(120)
-    assert setter.error is None and setter.sent == len(payloads)
-    while consumer.get("jobs") is not None:
-        pass
-    consumer.close()
-    query = start()
-    query.processAllAvailable()
-    query.stop()
-    srv.stop()
+    try:
+        for n, chunk in enumerate(chunks):
+            if n == 3:
+                query = start()  # restarted from its checkpoint while the server kept taking sets
+            before = rows_in(query)
+            for data in chunk:
+                assert client.set("jobs", data, noreply=False)
+            # The default reader consumes as it goes: dead segments move to the archive.
+            for _ in range(250):
+                assert client.get("jobs") is not None
+            if n == 2:
+                query.stop()  # stopped mid-workload
+                continue
+            deadline = time.monotonic() + 120
+            while rows_in(query) == before:  # the running stream picks up this chunk's sets
+                assert time.monotonic() < deadline, "the stream did not follow the server"
+                time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while not (archive.exists() and any(archive.iterdir())):
+            assert time.monotonic() < deadline, "the server archived no segment"
+            time.sleep(0.1)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        client.close()
+        srv.stop()
     rows = spark.read.parquet(str(out)).select("op", "id", "data").collect()
     assert {r["op"] for r in rows} == {"PUT"}
     assert Counter(r["id"] for r in rows) == Counter(range(1, len(payloads) + 1))
