@@ -273,8 +273,8 @@ def test_byte_flips_in_a_checkpoint_never_stop_start_up(tmp_path, logs, flips):
         assert set(UNCONSUMED) <= set(got_ids), "a damaged checkpoint re-delivers, never loses"
 
 
-def test_flipped_head_beyond_the_journal_loses_nothing_it_could_detect(tmp_path, logs):
-    """A head that went negative is impossible: treat it as damage, not as 'nothing read'."""
+def test_checkpoint_head_with_its_sign_bit_flipped_redelivers_instead_of_losing(tmp_path, logs):
+    """A negative head is impossible (ids start at 1): everything comes again, nothing is lost."""
     folder = tmp_path / "q"
     cp = bytearray(CHECKPOINT)
     cp[12] ^= 0x80  # the head's sign bit
