@@ -96,6 +96,8 @@ class MemcacheConnection(asyncio.Protocol):
         self.held = False  # a request waits for those sets
         self.waiting: asyncio.Future | None = None
         self.closing = False
+        self.eof = False  # the client half-closed: finish what it sent, then close
+        self.stopping = False  # the server is shutting down (closing_soon)
         self.write_paused = False
         self.read_paused = False
         self.last_active = time.monotonic()
@@ -127,6 +129,7 @@ class MemcacheConnection(asyncio.Protocol):
 
     def closing_soon(self) -> None:
         """The server is stopping: take no new request, but still send pending replies."""
+        self.stopping = True
         self.waiting = self.waiting or self.server.loop.create_future()
         if self.transport is not None and not self.read_paused:
             self.read_paused = True
@@ -179,7 +182,35 @@ class MemcacheConnection(asyncio.Protocol):
         self.process(data)
 
     def eof_received(self) -> bool | None:
-        return None
+        """The client sent its last byte (``nc -N``, ``shutdown(SHUT_WR)``).
+
+        Every complete request it sent is still answered, acknowledgements of its
+        sets included, and then the connection is closed.  Nobody may be
+        listening any more, so nothing blocks from here on: a waiting get ends
+        now with ``END`` (an item is never handed to a client that may be gone)
+        and later gets do not wait.
+        """
+        self.eof = True
+        if self.stopping:
+            return True  # the shutdown sends what is pending and closes
+        waiting = self.waiting
+        if waiting is not None and not waiting.done():
+            waiting.cancel()  # its callback replies END (or ends the monitor) and resumes
+        else:
+            self._finish_if_eof()
+        return True  # keep the transport open for the replies; _finish_if_eof closes it
+
+    def _finish_if_eof(self) -> None:
+        """After a half-close: close once every request has its reply."""
+        if (
+            self.eof
+            and not self.closing
+            and self.waiting is None
+            and not self.held
+            and not self.pending_batches
+            and not self.write_paused
+        ):
+            self._close_after_reply()  # an incomplete request left in buf is dropped
 
     # --- parsing ------------------------------------------------------------------------
 
@@ -260,6 +291,8 @@ class MemcacheConnection(asyncio.Protocol):
                 rest = b""
         self.buf = rest
         self.flush_out()
+        if self.eof:
+            self._finish_if_eof()
 
     def _skip_done(self) -> None:
         if self.skip_reply is not None:
@@ -279,6 +312,8 @@ class MemcacheConnection(asyncio.Protocol):
             self.process(data)
         else:
             self.flush_out()
+            if self.eof:
+                self._finish_if_eof()
 
     # --- output -------------------------------------------------------------------------
 
@@ -322,6 +357,8 @@ class MemcacheConnection(asyncio.Protocol):
         if self.held and not self._unacked_pending():
             self.held = False
             self._resume()
+        elif self.eof:
+            self._finish_if_eof()
 
     def _close_after_reply(self) -> None:
         self.flush_out()
@@ -478,7 +515,7 @@ class MemcacheConnection(asyncio.Protocol):
                 self.server.latency_observer("get_hit", 0.0)
             self._deliver(reader, key, item, opts.open, opts.peek)
             return
-        if opts.timeout <= 0 or opts.peek:
+        if opts.timeout <= 0 or opts.peek or self.eof:
             self.stats.get_misses += 1
             self.out.append(END)
             return
@@ -611,6 +648,8 @@ class MemcacheConnection(asyncio.Protocol):
             return
         reader = self.server.queues.reader(name, create=True)
         assert reader is not None
+        if self.eof:
+            seconds = 0.0  # half-closed: take what is there, wait for nothing
         self.flush_out()
         task = self.server.loop.create_task(self._monitor(reader, args[1], seconds, limit))
         self.waiting = task
