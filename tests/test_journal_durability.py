@@ -531,7 +531,9 @@ def test_sigterm_under_load_acknowledges_only_what_it_keeps(make_server):
 def test_restart_keeps_every_segment_until_the_reader_is_past_it(make_server):
     # Regression: the second-newest segment's range was computed before the
     # newest was scanned, so it was retired as soon as its first item was read.
-    srv = make_server('max_journal_size = "4KiB"\ncheckpoint_interval = "50ms"\nmax_memory_size = 512\n')
+    srv = make_server(
+        'max_journal_size = "4KiB"\ncheckpoint_interval = "50ms"\nmax_memory_size = 512\n'
+    )
     c = Conn(srv.connect())
     for i in range(120):
         c.set("keep", f"{i:0100d}")
