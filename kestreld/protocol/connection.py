@@ -325,6 +325,8 @@ class MemcacheConnection(asyncio.Protocol):
         if not self.pending_batches:
             data = b"".join(out)  # type: ignore[arg-type]
             out.clear()
+        elif out[0].__class__ is not bytes and not out[0].done:  # type: ignore[union-attr]
+            return  # the first reply waits for its batch: nothing can go yet
         else:
             ready: list[bytes] = []
             i = 0
@@ -353,8 +355,13 @@ class MemcacheConnection(asyncio.Protocol):
         return bool(self.unacked)
 
     def _on_batch(self, batch: Batch) -> None:
+        unacked = self.unacked
+        if len(unacked) == 1 and unacked[0] is batch:
+            unacked.clear()  # the usual case: this connection's only pending batch
+        else:
+            self._unacked_pending()  # batches of several queues resolve in any order
         self.flush_out()
-        if self.held and not self._unacked_pending():
+        if self.held and not self.unacked:
             self.held = False
             self._resume()
         elif self.eof:
