@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -45,25 +45,43 @@ def reader_label(queue: str, reader: str) -> str:
     return f"{queue}/{reader or '(default)'}"
 
 
+#: Up to this many minutes, minutes without items are drawn as 0 (not bridged by a line).
+FILL_MINUTES = 20_000
+
+
 def throughput(per_minute: pa.Table, path: str) -> None:
-    """Items per minute, one line per queue."""
+    """Items per minute, one line per queue; idle minutes are 0, the axis starts at 0."""
+    import matplotlib.dates as mdates
+
     fig, ax = _figure()
     rows = per_minute.to_pylist()
     if not rows:
         _empty(ax, "no items")
     else:
-        by_queue: dict[str, list[tuple[datetime, int]]] = {}
+        by_queue: dict[str, dict[datetime, int]] = {}
         for row in rows:
             minute = datetime.strptime(row["minute"], "%Y-%m-%dT%H:%M:%SZ")
-            by_queue.setdefault(row["queue"], []).append((minute, row["items"]))
+            by_queue.setdefault(row["queue"], {})[minute] = row["items"]
+        first = min(min(points) for points in by_queue.values())
+        last = max(max(points) for points in by_queue.values())
+        span = int((last - first).total_seconds() // 60) + 1
+        minutes = (
+            [first + timedelta(minutes=i) for i in range(span)] if span <= FILL_MINUTES else None
+        )
         for queue, points in sorted(by_queue.items()):
-            points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=queue)
+            xs = minutes if minutes is not None else sorted(points)
+            ys = [points.get(m, 0) for m in xs]
+            ax.plot(xs, ys, marker="o" if len(xs) <= 120 else None, label=queue)
+        pad = timedelta(minutes=max(1, span // 20))
+        ax.set_xlim(first - pad, last + pad)
+        ax.set_ylim(bottom=0, top=max(max(p.values()) for p in by_queue.values()) * 1.1 + 1)
+        locator = mdates.AutoDateLocator()
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
         ax.set_xlabel("minute (UTC)")
         ax.set_ylabel("items per minute")
         _integer_axis(ax.yaxis)
         ax.legend(loc="best", fontsize="small")
-        fig.autofmt_xdate()
     ax.set_title("Throughput: items added per minute")
     _save(fig, path)
 
@@ -124,6 +142,7 @@ def lag(consumer_lag: pa.Table, path: str) -> None:
         for y, v in enumerate(values):
             ax.text(v, y, f" {v}", va="center")
         ax.set_xlabel("unread items")
+        ax.set_xlim(0, max(1, *values) * 1.15)  # from 0, room for the labels, even when all are 0
         _integer_axis(ax.xaxis)
     ax.set_title("Consumer lag: unread items per reader")
     _save(fig, path)
