@@ -14,45 +14,19 @@ from functools import partial
 from operator import methodcaller
 from typing import TypeVar
 
-import structlog
-
-from kestreld.client.cluster import (
-    MAX_BACKOFF,
-    MAX_WAIT_SLICE,
-    MIN_BACKOFF,
-    Cluster,
-    ServerSpec,
-    ServerState,
-)
+from kestreld.client.cluster import ServerSpec
 from kestreld.client.connection import Connection
-from kestreld.client.errors import (
-    ConnectionFailed,
-    KestrelError,
-    NoServerAvailable,
-    PipelineBroken,
-    ServerError,
-)
-from kestreld.client.item import Item, ItemState
-from kestreld.client.pool import ConnectionPool
+from kestreld.client.errors import ConnectionFailed, KestrelError
+from kestreld.client.item import Item
+from kestreld.client.operations import ClusterOperations, Operation, Run
 from kestreld.client.reliable_reads import ReliableReads
 from kestreld.client.stats import ServerStats, parse_stats
-from kestreld.client.wire import (
-    Data,
-    Expiry,
-    check_queue_name,
-    check_status,
-    chunks,
-    exptime,
-    read_key,
-    to_bytes,
-)
+from kestreld.client.wire import Data, Expiry, check_queue_name, check_status
 
 T = TypeVar("T")
 
-log = structlog.get_logger("kestreld.client")
 
-
-class Client:
+class Client(ClusterOperations[Connection]):
     """A client of a cluster of kestreld servers.
 
     ``servers`` are ``"host:port"`` strings or ``(host, port)`` pairs.
@@ -80,24 +54,16 @@ class Client:
         poll_interval: float = 0.25,
         max_idle_connections: int = 8,
     ) -> None:
-        if isinstance(servers, str):
-            servers = [servers]
-        self.cluster = Cluster(servers, down_period=down_period, max_down_period=max_down_period)
-        self.poll_interval = poll_interval
-        self._pools: dict[str, ConnectionPool[Connection]] = {
-            s.address: ConnectionPool(
-                partial(
-                    Connection, s.host, s.port, connect_timeout=connect_timeout, timeout=timeout
-                ),
-                max_idle_connections,
-            )
-            for s in self.cluster.servers
-        }
-
-    @property
-    def servers(self) -> list[ServerState]:
-        """Every server with its health (``failures``, ``down_until``, ``last_error``)."""
-        return list(self.cluster.everyone())
+        super().__init__(
+            servers,
+            lambda s: partial(
+                Connection, s.host, s.port, connect_timeout=connect_timeout, timeout=timeout
+            ),
+            down_period=down_period,
+            max_down_period=max_down_period,
+            poll_interval=poll_interval,
+            max_idle_connections=max_idle_connections,
+        )
 
     # --- writes -----------------------------------------------------------------------
 
@@ -110,26 +76,7 @@ class Client:
         :class:`ServerError` when every server that answered is read-only or
         failing, :class:`NoServerAvailable` when none answered.
         """
-        check_queue_name(queue, writable=True)
-        request = methodcaller("put", queue, to_bytes(data), exptime(expiry))
-        refused = False
-        error: ServerError | None = None
-        for state in self.cluster.write_order():
-            try:
-                stored = self._call(state, request)
-            except ConnectionFailed:
-                continue
-            except ServerError as e:
-                error = e
-                continue
-            if stored:
-                return True
-            refused = True
-        if refused:
-            return False
-        if error is not None:
-            raise error
-        raise NoServerAvailable(f"no server could store an item on {queue!r}")
+        return self._drive(self._put(queue, data, expiry))
 
     def put_many(self, queue: str, items: Iterable[Data], expiry: Expiry = None) -> int:
         """Add many items to ``queue``, pipelined: one round trip per thousand items.
@@ -139,29 +86,7 @@ class Client:
         many were stored.  Raises :class:`NoServerAvailable` when no server
         answered for some of them.
         """
-        check_queue_name(queue, writable=True)
-        expire = exptime(expiry)
-        stored = 0
-        for chunk in chunks([to_bytes(data) for data in items]):
-            pending = chunk
-            answered = False
-            for state in self.cluster.write_order():
-                try:
-                    results = self._call(state, methodcaller("put_many", queue, pending, expire))
-                except PipelineBroken as e:
-                    results = e.stored + [False] * (len(pending) - len(e.stored))
-                except ConnectionFailed:
-                    continue
-                answered = True
-                stored += sum(results)
-                pending = [data for data, ok in zip(pending, results, strict=True) if not ok]
-                if not pending:
-                    break
-            if pending and not answered:
-                raise NoServerAvailable(
-                    f"no server could store items on {queue!r} ({stored} stored)"
-                )
-        return stored
+        return self._drive(self._put_many(queue, items, expiry))
 
     # --- reads --------------------------------------------------------------------------
 
@@ -174,22 +99,11 @@ class Client:
         use :meth:`reserve` for work that must not be lost.  Raises
         :class:`NoServerAvailable` when no server could be asked.
         """
-        check_queue_name(queue)
-        found = self._poll(queue, timeout, open_=False)
-        return None if found is None else found[2]
+        return self._drive(self._get(queue, timeout))
 
     def peek(self, queue: str) -> bytes | None:
         """The item at the head of ``queue`` on the first server that has one, left in place."""
-        check_queue_name(queue)
-        request = methodcaller("get", read_key(queue, peek=True))
-        for state in self.cluster.read_order():
-            try:
-                data = self._call(state, request)
-            except (ConnectionFailed, ServerError):
-                continue
-            if data is not None:
-                return data
-        return None
+        return self._drive(self._peek(queue))
 
     def open(self, queue: str, timeout: float | None = None) -> Item | None:
         """Reserve an item of ``queue`` (``get <queue>/open``); None when there is none.
@@ -200,12 +114,7 @@ class Client:
         ``timeout`` as for :meth:`get`.  Prefer :meth:`reserve`, which
         never forgets to close the item.
         """
-        check_queue_name(queue)
-        found = self._poll(queue, timeout, open_=True)
-        if found is None:
-            return None
-        state, conn, data = found
-        return Item(queue, data, state.address, connection=conn)
+        return self._drive(self._open(queue, timeout))
 
     @contextlib.contextmanager
     def reserve(self, queue: str, timeout: float | None = None) -> Iterator[Item | None]:
@@ -255,23 +164,7 @@ class Client:
         open any more, or the confirmation did not reach its server: the
         server then gives the item back and it will be delivered again.
         """
-        if not item.is_open:
-            return False
-        state, conn = self._unpin(item)
-        pool = self._pools[item.server]
-        try:
-            ok = self._run(state, conn, methodcaller("confirm", item.queue))
-        except ConnectionFailed as e:
-            item.state = ItemState.ABORTED
-            log.warning("confirm_failed", server=item.server, queue=item.queue, error=str(e))
-            return False
-        except KestrelError:
-            item.state = ItemState.ABORTED
-            pool.release(conn)
-            raise
-        item.state = ItemState.CONFIRMED if ok else ItemState.ABORTED
-        pool.release(conn)
-        return ok
+        return self._drive(self._confirm(item))
 
     def abort(self, item: Item) -> bool:
         """Give an open item back to the head of its queue.
@@ -280,20 +173,7 @@ class Client:
         open, or the connection broke (the server then takes it back by
         itself, or on restart if it crashed).
         """
-        if not item.is_open:
-            return False
-        state, conn = self._unpin(item)
-        pool = self._pools[item.server]
-        item.state = ItemState.ABORTED
-        try:
-            self._run(state, conn, methodcaller("get", read_key(item.queue, abort=True)))
-        except ConnectionFailed:
-            return False
-        except KestrelError:
-            pool.release(conn)
-            raise
-        pool.release(conn)
-        return True
+        return self._drive(self._abort(item))
 
     # --- administration -----------------------------------------------------------------
 
@@ -332,7 +212,7 @@ class Client:
     def set_status(self, server: str, status: str) -> None:
         """Set one server's status (``up``, ``readonly`` or ``quiescent``); ``server`` is ``host:port``."""
         request = methodcaller("command", f"status {check_status(status)}")
-        self._call(self.cluster.server(server), request)
+        self._drive(self._call(self.cluster.server(server), request))
 
     def close(self) -> None:
         """Close every connection; items still open go back to their queues."""
@@ -347,47 +227,23 @@ class Client:
 
     # --- plumbing -------------------------------------------------------------------------
 
-    def _run(self, state: ServerState, conn: Connection, request: Callable[[Connection], T]) -> T:
-        """``request`` on ``conn``, recording the server's health.
-
-        A broken connection is discarded (and the server marked down); after
-        an error reply, and after success, the caller still owns ``conn``.
-        """
-        pool = self._pools[state.address]
-        started = self.cluster.clock()
+    def _drive(self, op: Operation[T]) -> T:
+        """Run an operation: its requests as blocking calls, its back-offs as sleeps."""
         try:
-            result = request(conn)
-        except ConnectionFailed as e:
-            pool.discard(conn)
-            pool.drop_idle()
-            self.cluster.mark_down(state, e, started)
-            raise
-        except KestrelError:
-            self.cluster.mark_up(state, started)
-            raise
-        except BaseException:
-            pool.discard(conn)
-            raise
-        self.cluster.mark_up(state, started)
-        return result
-
-    def _call(self, state: ServerState, request: Callable[[Connection], T]) -> T:
-        """``request`` on a pooled connection to ``state``, given back afterwards."""
-        pool = self._pools[state.address]
-        conn = pool.acquire()
-        try:
-            result = self._run(state, conn, request)
-        except ConnectionFailed:
-            raise
-        except KestrelError:
-            pool.release(conn)
-            raise
-        pool.release(conn)
-        return result
-
-    def _unpin(self, item: Item) -> tuple[ServerState, Connection]:
-        conn, item.connection = item.connection, None
-        return self.cluster.server(item.server), conn
+            effect = next(op)
+            while True:
+                try:
+                    if effect.__class__ is Run:
+                        result = effect.request(effect.conn)  # type: ignore[union-attr]
+                    else:
+                        time.sleep(effect.seconds)  # type: ignore[union-attr]
+                        result = None
+                except BaseException as e:
+                    effect = op.throw(e)
+                else:
+                    effect = op.send(result)
+        except StopIteration as done:
+            return done.value
 
     def _close_open(self, prev: Item) -> Item | None:
         """Confirm ``prev`` and open the next item on its connection, in one round trip.
@@ -395,28 +251,7 @@ class Client:
         None when that server has no next item (``prev`` is confirmed all
         the same) or the connection broke (``prev`` goes back to its queue).
         """
-        state, conn = self._unpin(prev)
-        pool = self._pools[prev.server]
-        request = methodcaller("get", read_key(prev.queue, close=True, open=True))
-        try:
-            data = self._run(state, conn, request)
-        except ConnectionFailed as e:
-            prev.state = ItemState.ABORTED
-            log.warning("confirm_failed", server=prev.server, queue=prev.queue, error=str(e))
-            return None
-        except ServerError:
-            prev.state = ItemState.CONFIRMED  # the close comes before the refused fetch (quiescent)
-            pool.release(conn)
-            return None
-        except KestrelError:
-            prev.state = ItemState.ABORTED
-            pool.release(conn)
-            raise
-        prev.state = ItemState.CONFIRMED
-        if data is None:
-            pool.release(conn)
-            return None
-        return Item(prev.queue, data, prev.server, connection=conn)
+        return self._drive(self._next_open(prev))
 
     def _on_all(
         self, request: Callable[[Connection], T], *, require_all: bool = False
@@ -425,70 +260,8 @@ class Client:
         failed: list[str] = []
         for state in self.cluster.everyone():
             try:
-                results[state.address] = self._call(state, request)
+                results[state.address] = self._drive(self._call(state, request))
             except ConnectionFailed:
                 failed.append(state.address)
-        if not results:
-            raise NoServerAvailable(f"no server answered: {', '.join(failed)}")
-        if failed and require_all:
-            raise ConnectionFailed(f"not reached: {', '.join(failed)}")
+        self._gather(results, failed, require_all)
         return results
-
-    def _poll(
-        self, queue: str, timeout: float | None, *, open_: bool
-    ) -> tuple[ServerState, Connection, bytes] | None:
-        """Look for an item on every server in turn until one has it or ``timeout`` ends.
-
-        The first round asks each server without waiting; later rounds wait
-        ``poll_interval`` on each in turn (a lone server: the whole time).
-        With ``open_`` the connection stays leased to the returned item.
-        Raises :class:`NoServerAvailable` when no server answered at all.
-        """
-        clock = self.cluster.clock
-        deadline = clock() + timeout if timeout else None
-        alone = len(self.cluster.servers) == 1
-        backoff = MIN_BACKOFF
-        first_round = True
-        answered = False
-        rotation = self.cluster.rotation()  # one order for every round: even gaps between visits
-        while True:
-            waited = False
-            for state in self.cluster.available(rotation):
-                wait = 0.0
-                if deadline is not None and (alone or not first_round):
-                    remaining = deadline - clock()
-                    if remaining > 0:
-                        wait = min(remaining, MAX_WAIT_SLICE if alone else self.poll_interval)
-                    elif not first_round:
-                        break  # out of time; the first round asks everyone all the same
-                pool = self._pools[state.address]
-                conn = pool.acquire()
-                request = methodcaller("get", read_key(queue, wait=wait, open=open_), wait)
-                try:
-                    data = self._run(state, conn, request)
-                except ConnectionFailed:
-                    continue
-                except ServerError:
-                    answered = True
-                    pool.release(conn)  # this server refuses reads (quiescent): ask the others
-                    continue
-                except KestrelError:
-                    pool.release(conn)
-                    raise
-                answered = waited = True
-                if data is None or not open_:
-                    pool.release(conn)
-                if data is not None:
-                    return state, conn, data
-            first_round = False
-            remaining = 0.0 if deadline is None else deadline - clock()
-            if remaining <= 0:
-                if not answered:
-                    raise NoServerAvailable(f"no server answered a read of {queue!r}")
-                return None
-            if waited:
-                backoff = MIN_BACKOFF
-            else:
-                # Nobody could be asked: back off rather than spin.
-                time.sleep(min(remaining, backoff))
-                backoff = min(backoff * 2, MAX_BACKOFF)
