@@ -30,34 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from kestreld.log import configure_logging  # noqa: E402
 from kestreld.protocol.connection import MemcacheConnection  # noqa: E402
+from kestreld.protocol.memory_transport import MemoryTransport  # noqa: E402
 from kestreld.protocol.server import Server, build_server_config  # noqa: E402
-
-
-class MemoryTransport(asyncio.Transport):
-    """Counts what the server writes; never pushes back."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = 0
-        self.closed = False
-
-    def write(self, data) -> None:  # type: ignore[override]
-        self.written += len(data)
-
-    def get_extra_info(self, name, default=None):  # type: ignore[override]
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
 
 
 async def _rounds(conns, request: bytes, rounds: int) -> float:
@@ -77,7 +51,7 @@ async def measure(workload: str, connections: int, rounds: int, size: int, folde
     await server.start()
     try:
         conns = [MemcacheConnection(server) for _ in range(connections)]
-        transports = [MemoryTransport() for _ in conns]
+        transports = [MemoryTransport(keep=False) for _ in conns]
         for c, t in zip(conns, transports, strict=True):
             c.connection_made(t)
         payload = b"x" * size

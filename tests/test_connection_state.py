@@ -10,32 +10,8 @@ from __future__ import annotations
 import asyncio
 
 from kestreld.protocol.connection import MemcacheConnection
+from kestreld.protocol.memory_transport import MemoryTransport
 from kestreld.protocol.server import Server, build_server_config
-
-
-class MemoryTransport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.data = bytearray()
-        self.closed = False
-
-    def write(self, data) -> None:  # type: ignore[override]
-        self.data += data
-
-    def get_extra_info(self, name, default=None):  # type: ignore[override]
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
 
 
 async def _started(tmp_path, **overrides) -> Server:
