@@ -231,3 +231,18 @@ def test_kestrel_2x_adds_count_as_items_of_their_queue(spark, tmp_path) -> None:
     totals = tables.queue_totals(items).collect()
     assert [(r["queue"], r["items"], r["bytes"]) for r in totals] == [("old", 3, 9)]
     assert tables.consumer_lag(rows, items, BASE_MS).count() == 0  # no native reader state
+
+
+def test_throughput_chart_draws_idle_minutes_as_zero() -> None:
+    from datetime import datetime, timedelta
+
+    from kestreld.pipeline.charts import FILL_MINUTES, minute_series
+
+    t0 = datetime(2026, 11, 23, 12, 0)
+    points = {t0: 5, t0 + timedelta(minutes=3): 2}
+    xs, ys = minute_series(points, t0, t0 + timedelta(minutes=3))
+    assert xs == [t0 + timedelta(minutes=i) for i in range(4)]
+    assert ys == [5, 0, 0, 2]
+    far = t0 + timedelta(minutes=FILL_MINUTES + 5)
+    xs, ys = minute_series({t0: 1, far: 1}, t0, far)
+    assert (xs, ys) == ([t0, far], [1, 1]), "over very long spans only minutes with items"

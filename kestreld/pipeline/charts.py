@@ -49,6 +49,21 @@ def reader_label(queue: str, reader: str) -> str:
 FILL_MINUTES = 20_000
 
 
+def minute_series(
+    points: dict[datetime, int], first: datetime, last: datetime
+) -> tuple[list[datetime], list[int]]:
+    """Every minute from ``first`` to ``last`` with its count, 0 where ``points`` has none.
+
+    Over more than :data:`FILL_MINUTES` minutes only the minutes with items are kept.
+    """
+    span = int((last - first).total_seconds() // 60) + 1
+    if span > FILL_MINUTES:
+        xs = sorted(points)
+    else:
+        xs = [first + timedelta(minutes=i) for i in range(span)]
+    return xs, [points.get(m, 0) for m in xs]
+
+
 def throughput(per_minute: pa.Table, path: str) -> None:
     """Items per minute, one line per queue; idle minutes are 0, the axis starts at 0."""
     import matplotlib.dates as mdates
@@ -65,12 +80,8 @@ def throughput(per_minute: pa.Table, path: str) -> None:
         first = min(min(points) for points in by_queue.values())
         last = max(max(points) for points in by_queue.values())
         span = int((last - first).total_seconds() // 60) + 1
-        minutes = (
-            [first + timedelta(minutes=i) for i in range(span)] if span <= FILL_MINUTES else None
-        )
         for queue, points in sorted(by_queue.items()):
-            xs = minutes if minutes is not None else sorted(points)
-            ys = [points.get(m, 0) for m in xs]
+            xs, ys = minute_series(points, first, last)
             ax.plot(xs, ys, marker="o" if len(xs) <= 120 else None, label=queue)
         pad = timedelta(minutes=max(1, span // 20))
         ax.set_xlim(first - pad, last + pad)
