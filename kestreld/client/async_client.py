@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from functools import partial
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from operator import methodcaller
 from typing import TypeVar
 
 from kestreld.client.async_connection import AsyncConnection
-from kestreld.client.cluster import ServerSpec
 from kestreld.client.errors import ConnectionFailed, KestrelError
 from kestreld.client.item import Item
 from kestreld.client.operations import ClusterOperations, Operation, Run
@@ -39,27 +37,7 @@ class AsyncClient(ClusterOperations[AsyncConnection]):
     ``await client.close()`` or ``async with AsyncClient([...]) as client``.
     """
 
-    def __init__(
-        self,
-        servers: Sequence[ServerSpec] = ("127.0.0.1:22133",),
-        *,
-        connect_timeout: float = 2.0,
-        timeout: float = 5.0,
-        down_period: float = 5.0,
-        max_down_period: float = 60.0,
-        poll_interval: float = 0.25,
-        max_idle_connections: int = 8,
-    ) -> None:
-        super().__init__(
-            servers,
-            lambda s: partial(
-                AsyncConnection, s.host, s.port, connect_timeout=connect_timeout, timeout=timeout
-            ),
-            down_period=down_period,
-            max_down_period=max_down_period,
-            poll_interval=poll_interval,
-            max_idle_connections=max_idle_connections,
-        )
+    connection = AsyncConnection
 
     # --- writes -----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from operator import methodcaller
 from typing import Any, Generic, TypeVar
 
@@ -68,24 +69,40 @@ Operation = Generator[Effect, Any, T]
 
 
 class ClusterOperations(Generic[C]):
-    """The cluster, its connection pools and every operation on them."""
+    """The cluster, its connection pools and every operation on them.
+
+    A client sets :attr:`connection` to its connection class (made with
+    ``(host, port, connect_timeout=..., timeout=...)``).
+    """
+
+    connection: Callable[..., C]
 
     def __init__(
         self,
-        servers: Sequence[ServerSpec],
-        connect: Callable[[ServerState], Callable[[], C]],
+        servers: Sequence[ServerSpec] = ("127.0.0.1:22133",),
         *,
-        down_period: float,
-        max_down_period: float,
-        poll_interval: float,
-        max_idle_connections: int,
+        connect_timeout: float = 2.0,
+        timeout: float = 5.0,
+        down_period: float = 5.0,
+        max_down_period: float = 60.0,
+        poll_interval: float = 0.25,
+        max_idle_connections: int = 8,
     ) -> None:
         if isinstance(servers, str):
             servers = [servers]
         self.cluster = Cluster(servers, down_period=down_period, max_down_period=max_down_period)
         self.poll_interval = poll_interval
         self._pools: dict[str, ConnectionPool[C]] = {
-            s.address: ConnectionPool(connect(s), max_idle_connections)
+            s.address: ConnectionPool(
+                partial(
+                    self.connection,
+                    s.host,
+                    s.port,
+                    connect_timeout=connect_timeout,
+                    timeout=timeout,
+                ),
+                max_idle_connections,
+            )
             for s in self.cluster.servers
         }
 

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
+from collections.abc import Callable, Iterable, Iterator
 from operator import methodcaller
 from typing import TypeVar
 
-from kestreld.client.cluster import ServerSpec
 from kestreld.client.connection import Connection
 from kestreld.client.errors import ConnectionFailed, KestrelError
 from kestreld.client.item import Item
@@ -43,27 +41,7 @@ class Client(ClusterOperations[Connection]):
     server.
     """
 
-    def __init__(
-        self,
-        servers: Sequence[ServerSpec] = ("127.0.0.1:22133",),
-        *,
-        connect_timeout: float = 2.0,
-        timeout: float = 5.0,
-        down_period: float = 5.0,
-        max_down_period: float = 60.0,
-        poll_interval: float = 0.25,
-        max_idle_connections: int = 8,
-    ) -> None:
-        super().__init__(
-            servers,
-            lambda s: partial(
-                Connection, s.host, s.port, connect_timeout=connect_timeout, timeout=timeout
-            ),
-            down_period=down_period,
-            max_down_period=max_down_period,
-            poll_interval=poll_interval,
-            max_idle_connections=max_idle_connections,
-        )
+    connection = Connection
 
     # --- writes -----------------------------------------------------------------------
 
