@@ -258,7 +258,7 @@ class WriterJournal:
         """
         if self.closed:
             raise JournalWriteError("journal closed")
-        if self._failed_until and not self.available():
+        if not self.available():
             raise JournalWriteError("journal write failed recently; retrying shortly")
         header = codec.put_header(self.next_id, add_time, len(data), expire_time, error_count)
         length = len(header) + len(data)

@@ -201,10 +201,9 @@ class MemcacheConnection(asyncio.Protocol):
         return True  # keep the transport open for the replies; _finish_if_eof closes it
 
     def _finish_if_eof(self) -> None:
-        """After a half-close: close once every request has its reply."""
+        """After a half-close (callers check ``eof``): close once every request has its reply."""
         if (
-            self.eof
-            and not self.closing
+            not self.closing
             and self.waiting is None
             and not self.held
             and not self.pending_batches
