@@ -79,11 +79,10 @@ def throughput(per_minute: pa.Table, path: str) -> None:
             by_queue.setdefault(row["queue"], {})[minute] = row["items"]
         first = min(min(points) for points in by_queue.values())
         last = max(max(points) for points in by_queue.values())
-        span = int((last - first).total_seconds() // 60) + 1
         for queue, points in sorted(by_queue.items()):
             xs, ys = minute_series(points, first, last)
             ax.plot(xs, ys, marker="o" if len(xs) <= 120 else None, label=queue)
-        pad = timedelta(minutes=max(1, span // 20))
+        pad = max(timedelta(minutes=1), (last - first) / 20)
         ax.set_xlim(first - pad, last + pad)
         ax.set_ylim(bottom=0, top=max(max(p.values()) for p in by_queue.values()) * 1.1 + 1)
         locator = mdates.AutoDateLocator()
