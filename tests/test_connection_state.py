@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.protocol.memory_transport import MemoryTransport
 from kestreld.protocol.server import Server, build_server_config
 
 
-async def _started(tmp_path, **overrides) -> Server:
-    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0, **overrides})
+@pytest.fixture
+async def connected(tmp_path):
+    """A connection of a started in-process server, and the transport it writes to."""
+    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
     server = Server(config)
     await server.start()
-    return server
+    conn = MemcacheConnection(server)
+    transport = MemoryTransport()
+    conn.connection_made(transport)
+    yield conn, transport
+    await server.stop()
 
 
 async def _tick() -> None:
@@ -26,33 +34,21 @@ async def _tick() -> None:
         await asyncio.sleep(0)
 
 
-async def test_a_producer_that_only_sets_keeps_no_acknowledged_batches(tmp_path):
-    server = await _started(tmp_path)
-    try:
-        producer = MemcacheConnection(server)
-        transport = MemoryTransport()
-        producer.connection_made(transport)
-        for i in range(3000):
-            queue = b"a" if i % 3 else b"b"  # two journals: batches resolve in any order
-            producer.data_received(b"set %s 0 0 4\r\n%04d\r\n" % (queue, i % 10000))
-            await _tick()
-        assert bytes(transport.data) == b"STORED\r\n" * 3000
-        assert producer.unacked == [], "acknowledged batches are let go"
-        assert producer.out == [] and producer.pending_batches == 0
-    finally:
-        await server.stop()
-
-
-async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(tmp_path):
-    server = await _started(tmp_path)
-    try:
-        conn = MemcacheConnection(server)
-        transport = MemoryTransport()
-        conn.connection_made(transport)
-        conn.data_received(b"set p 0 0 1\r\nx\r\nset p 0 0 1\r\ny\r\nget p\r\n")
-        assert bytes(transport.data) == b"", "nothing before the batch is written"
+async def test_a_producer_that_only_sets_keeps_no_acknowledged_batches(connected):
+    producer, transport = connected
+    for i in range(3000):
+        queue = b"a" if i % 3 else b"b"  # two journals: batches resolve in any order
+        producer.data_received(b"set %s 0 0 4\r\n%04d\r\n" % (queue, i % 10000))
         await _tick()
-        assert bytes(transport.data) == b"STORED\r\nSTORED\r\nVALUE p 0 1\r\nx\r\nEND\r\n"
-        assert conn.unacked == [] and not conn.held
-    finally:
-        await server.stop()
+    assert bytes(transport.data) == b"STORED\r\n" * 3000
+    assert producer.unacked == [], "acknowledged batches are let go"
+    assert producer.out == [] and producer.pending_batches == 0
+
+
+async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(connected):
+    conn, transport = connected
+    conn.data_received(b"set p 0 0 1\r\nx\r\nset p 0 0 1\r\ny\r\nget p\r\n")
+    assert bytes(transport.data) == b"", "nothing before the batch is written"
+    await _tick()
+    assert bytes(transport.data) == b"STORED\r\nSTORED\r\nVALUE p 0 1\r\nx\r\nEND\r\n"
+    assert conn.unacked == [] and not conn.held

@@ -24,16 +24,19 @@ def _half_close_exchange(srv, payload: bytes, timeout: float = 5.0) -> tuple[byt
     started = time.monotonic()
     s.sendall(payload)
     s.shutdown(socket.SHUT_WR)
+    return _read_until_closed(s), time.monotonic() - started
+
+
+def _read_until_closed(s: socket.socket) -> bytes:
     out = b""
     try:
         while True:
             data = s.recv(65536)
             if not data:
-                break
+                return out
             out += data
     finally:
         s.close()
-    return out, time.monotonic() - started
 
 
 @pytest.fixture
@@ -69,14 +72,7 @@ def test_a_waiting_get_ends_with_end_when_the_client_half_closes(make_server):
     time.sleep(0.3)  # the get is waiting now
     started = time.monotonic()
     s.shutdown(socket.SHUT_WR)
-    out = b""
-    while True:
-        data = s.recv(4096)
-        if not data:
-            break
-        out += data
-    s.close()
-    assert out == b"END\r\n"
+    assert _read_until_closed(s) == b"END\r\n"
     assert time.monotonic() - started < 2, "the wait ended with the stream, not with /t="
     c = srv.client()
     c.set("idlewait", b"for somebody else")
