@@ -6,9 +6,10 @@ event loop runs its tick (the journal batch is written and acknowledged, the
 replies are "sent").  What is measured is the Python work of the front end,
 the queues and the journal (file writes included), which is the part of
 ``scripts/bench``'s server CPU per operation that kestreld's code controls;
-the socket system calls and uvloop's polling are left out.  Being
-deterministic work in one process, it repeats within a few percent, so it is
-the figure to compare before and after a change to the hot path.
+the socket system calls and uvloop's polling are left out.  Being work in
+one process with no load generator, it repeats within a few percent on a
+quiet machine, so it is the figure to compare before and after a change to
+the hot path (in the same sitting: a busy host slows both sides alike).
 
     .venv/bin/python scripts/bench_hotpath.py                  # set, get, reliable; best of 3
     .venv/bin/python scripts/bench_hotpath.py --connections 100 --rounds 2000
