@@ -20,8 +20,8 @@ from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging
 from kestreld.protocol.connection import MemcacheConnection
-from kestreld.protocol.status import ServerStatus, load_status, save_status
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
+from kestreld.state import ServerStatus, load_status, save_status
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
 
 log = structlog.get_logger("kestreld.server")

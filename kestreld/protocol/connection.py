@@ -25,12 +25,12 @@ import structlog
 
 from kestreld.journal.files import split_queue_name
 from kestreld.journal.writer import Batch, JournalWriteError
-from kestreld.protocol.status import ServerStatus
 from kestreld.queues.journaled_queue import QueueFull
 from kestreld.queues.reader import OpenRead, Reader
+from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
-    from kestreld.protocol.server import Server
+    from kestreld.server import Server
 
 log = structlog.get_logger("kestreld.protocol")
 

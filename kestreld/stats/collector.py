@@ -23,11 +23,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from kestreld import __version__
-from kestreld.protocol.status import ServerStatus
+from kestreld.state import ServerStatus
 from kestreld.stats.counters import global_stats, queue_stats
 
 if TYPE_CHECKING:
-    from kestreld.protocol.server import Server
+    from kestreld.server import Server
 
 
 @dataclass(slots=True, frozen=True)
