@@ -27,7 +27,7 @@ from kestreld.state import ServerStatus
 from kestreld.stats.counters import global_stats, queue_stats
 
 if TYPE_CHECKING:
-    from kestreld.server import Server
+    from kestreld.state import ServerState as Server
 
 
 @dataclass(slots=True, frozen=True)
