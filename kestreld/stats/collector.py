@@ -185,6 +185,8 @@ class StatsCollector(Collector):
         specs: dict[str, MetricSpec] = {}
         for name, values in snapshot.queues:
             for key, value in values.items():
+                if key == "children":  # stats names them ("audit,billing"); the gauge counts them
+                    value = len(str(value).split(","))
                 family = families.get(key)
                 if family is None:
                     spec = QUEUE_METRICS.get(key) or MetricSpec(
