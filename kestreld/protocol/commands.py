@@ -233,19 +233,20 @@ def cmd_get(conn: MemcacheConnection, args: list[bytes]) -> None:
     if len(args) < 2:
         conn.out.append(MISSING_QUEUE_NAME)
         return
+    with_cas = args[0] != b"get" and args[0].lower() == b"gets"
     if len(args) > 2:
-        _get_many(conn, args[1:])
+        _get_many(conn, args[1:], with_cas)
         return
     key = args[1]
     opts = parse_get(key)
     if opts.__class__ is bytes:
         conn.out.append(opts)  # type: ignore[arg-type]
         return
-    if not _get_one(conn, key, opts, True) and conn.waiting is None:  # type: ignore[arg-type]
+    if not _get_one(conn, key, opts, True, with_cas) and conn.waiting is None:  # type: ignore[arg-type]
         conn.out.append(END)
 
 
-def _get_many(conn: MemcacheConnection, keys: list[bytes]) -> None:
+def _get_many(conn: MemcacheConnection, keys: list[bytes], with_cas: bool) -> None:
     parsed = []
     for key in keys:
         opts = parse_get(key)
@@ -260,11 +261,13 @@ def _get_many(conn: MemcacheConnection, keys: list[bytes]) -> None:
         conn.out.append(server_error("server is QUIESCENT"))
         return
     for key, opts in parsed:
-        _get_one(conn, key, opts, False)  # type: ignore[arg-type]
+        _get_one(conn, key, opts, False, with_cas)  # type: ignore[arg-type]
     conn.out.append(END)
 
 
-def _get_one(conn: MemcacheConnection, key: bytes, opts: GetOptions, single: bool) -> bool:
+def _get_one(
+    conn: MemcacheConnection, key: bytes, opts: GetOptions, single: bool, with_cas: bool
+) -> bool:
     """One key of a get: its item (if any) goes to ``conn.out``, or a wait begins.
 
     ``single``: the only key of its get, which may wait and whose reply this
@@ -319,7 +322,8 @@ def _get_one(conn: MemcacheConnection, key: bytes, opts: GetOptions, single: boo
         stats.get_hits += 1
         if server.latency_observer is not None:
             server.latency_observer("get_hit", 0.0)
-        deliver(conn, reader, key, item, opts.open, opts.peek, VALUE_END if single else CRLF)
+        tail = VALUE_END if single else CRLF
+        deliver(conn, reader, key, item, opts.open, opts.peek, tail, with_cas)
         return single
     if not single or opts.timeout <= 0 or conn.eof:
         stats.get_misses += 1
@@ -328,7 +332,7 @@ def _get_one(conn: MemcacheConnection, key: bytes, opts: GetOptions, single: boo
     conn.waiting = fut
     started = time.perf_counter()
     open_, peek = opts.open, opts.peek
-    fut.add_done_callback(lambda f: _on_item(conn, f, reader, key, open_, peek, started))
+    fut.add_done_callback(lambda f: _on_item(conn, f, reader, key, open_, peek, with_cas, started))
     return False
 
 
@@ -339,6 +343,7 @@ def _on_item(
     key: bytes,
     open_: bool,
     peek: bool,
+    with_cas: bool,
     started: float,
 ) -> None:
     """A waiting get ended: with an item, or None at its timeout."""
@@ -359,7 +364,7 @@ def _on_item(
         conn.stats.get_hits += 1
         if peek:
             reader.return_items([item])  # a peek only looks: the item stays at the head
-        deliver(conn, reader, key, item, open_, peek, VALUE_END)
+        deliver(conn, reader, key, item, open_, peek, VALUE_END, with_cas)
     conn.resume()
 
 
@@ -371,11 +376,19 @@ def deliver(
     open_: bool,
     peek: bool,
     tail: bytes,
+    with_cas: bool = False,
 ) -> None:
-    """Write one item, then ``tail``; a plain get commits it, ``/open`` keeps it open."""
+    """Write one item, then ``tail``; a plain get commits it, ``/open`` keeps it open.
+
+    ``gets`` adds a cas unique (the item's id), as memcache clients expect; no
+    command takes it back.
+    """
     data = item.data
     out = conn.out
-    out.append(b"VALUE %s 0 %d\r\n" % (key, len(data)))
+    if with_cas:
+        out.append(b"VALUE %s 0 %d %d\r\n" % (key, len(data), item.id))
+    else:
+        out.append(b"VALUE %s 0 %d\r\n" % (key, len(data)))
     out.append(data)
     out.append(tail)
     conn.out_size += len(data)
