@@ -127,10 +127,13 @@ class MemcacheConnection(asyncio.Protocol):
         self.stats.bytes_read += len(data)
         self.last_active = time.monotonic()
         framing = self.framing
-        ready = framing.receive(data)
-        if ready is None:
-            return
-        if self.blocked():
+        if framing.buf or framing.skip or framing.chunks is not None:
+            ready = framing.receive(data)
+            if ready is None:
+                return
+        else:
+            ready = data  # the usual case: whole requests in one packet, nothing held
+        if self.waiting is not None or self.held or self.write_paused or self.closing:
             framing.buf = ready
             if len(ready) > INPUT_PAUSE_LIMIT:
                 self._pause_reading()

@@ -236,8 +236,9 @@ class Framing:
                 command = table.get(args[0].lower())
                 if command is None:
                     command = self.unknown
-            after_words = command.noreply_after
-            quiet = after_words != 0 and len(args) > after_words and args[-1] == b"noreply"
+            quiet = False
+            if command.noreply_after and len(args) > command.noreply_after:
+                quiet = args[-1] == b"noreply"
             if command.shape == LINE:
                 verdict = sink.request(command, args, quiet)
             else:
