@@ -144,7 +144,9 @@ def _split_replies(buf: bytes) -> list[bytes]:
         pos = nl + 2
         if line.startswith(b"VALUE "):
             parts = line.split(b" ")
-            assert len(parts) == 4 and parts[2] == b"0", f"bad VALUE line {line!r}"
+            # VALUE <key> 0 <bytes>, and a cas unique after a gets
+            assert len(parts) in (4, 5) and parts[2] == b"0", f"bad VALUE line {line!r}"
+            assert len(parts) == 4 or parts[4].isdigit(), f"bad cas unique {line!r}"
             pos += int(parts[3]) + 2
             lines.append(b"VALUE")
             continue

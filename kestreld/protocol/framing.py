@@ -278,7 +278,3 @@ class Framing:
                 self.need = need
                 rest = b""
         self.buf = rest
-
-    def pending(self) -> bool:
-        """Part of a request has arrived (a line, a kept block) but not all of it."""
-        return bool(self.buf) or self.chunks is not None or self.block_command is not None
