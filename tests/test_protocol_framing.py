@@ -255,3 +255,39 @@ def test_a_half_sent_skipped_block_holds_no_memory_and_the_reply_came_first(serv
     c.sock.settimeout(0.3)
     with pytest.raises((TimeoutError, socket.timeout)):
         c.line()
+
+
+def test_reading_pauses_while_a_get_waits_and_resumes_after(server, qname):
+    """Input piling up behind a waiting get is bounded: the server stops reading the socket."""
+    c = Conn(server.connect())
+    c.send(f"get {qname}/t=20000\r\n")
+    time.sleep(0.2)
+    request = f"set {qname}x 0 0 1000\r\n".encode() + b"p" * 1000 + b"\r\n"
+    chunk = request * 64  # ~64 KiB
+    c.sock.setblocking(False)
+    sent = 0
+    pending = memoryview(chunk)
+    stalled_since = None
+    while sent < 64 << 20:
+        try:
+            n = c.sock.send(pending)
+        except BlockingIOError:
+            if stalled_since is None:
+                stalled_since = time.monotonic()
+            elif time.monotonic() - stalled_since > 1.0:
+                break  # the server stopped reading
+            time.sleep(0.01)
+            continue
+        stalled_since = None
+        sent += n
+        pending = pending[n:] or memoryview(chunk)
+    c.sock.setblocking(True)
+    assert sent < 32 << 20, f"{sent} bytes taken behind a waiting get: reading never paused"
+    Conn(server.connect()).set(qname, "wake")
+    if len(pending) != len(chunk):
+        c.sock.sendall(pending)  # the rest of the last chunk: whole requests only
+        sent += len(pending)
+    assert c.read_value() == b"wake"
+    c.sock.settimeout(30)
+    for _ in range(sent // len(request)):  # reading resumed: the buffered sets ran, in order
+        assert c.line() == b"STORED"
