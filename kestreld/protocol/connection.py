@@ -205,7 +205,7 @@ class MemcacheConnection(asyncio.Protocol):
             self.held = True
             return LATER
         out = self.out
-        mark = len(out)
+        mark = len(out) if quiet else 0
         try:
             command.run(self, args)
         except Exception:  # a bug must cost one request, not the connection
@@ -221,7 +221,7 @@ class MemcacheConnection(asyncio.Protocol):
         if self.waiting is not None or self.held or self.write_paused or self.closing:
             return LATER
         out = self.out
-        mark = len(out)
+        mark = len(out) if quiet else 0
         try:
             keep = command.accept(self, args, size)  # type: ignore[misc]
         except Exception:

@@ -94,17 +94,6 @@ class Sink(Protocol):
     def fatal(self, reply: bytes) -> None: ...
 
 
-def block_length(command: Command, args: list[bytes]) -> int:
-    """The data block length a request line names; -1 when impossible, -2 when missing."""
-    if len(args) <= command.length_at:
-        return -2
-    raw = args[command.length_at]
-    if not raw.isdigit() or len(raw) > 10:  # isdigit refuses signs: no negative length
-        return -1
-    size = int(raw)
-    return size if size <= LENGTH_LIMIT else -1
-
-
 class Framing:
     """The framing state of one connection; ``receive`` then ``parse``."""
 
@@ -242,7 +231,13 @@ class Framing:
             if command.shape == LINE:
                 verdict = sink.request(command, args, quiet)
             else:
-                size = block_length(command, args)
+                # The block's length: digits only (no sign), at most LENGTH_LIMIT.
+                size = -2
+                if len(args) > command.length_at:
+                    raw = args[command.length_at]
+                    size = int(raw) if raw.isdigit() and len(raw) <= 10 else -1
+                    if size > LENGTH_LIMIT:
+                        size = -1
                 if size < 0:
                     # Where this block ends cannot be known: answer, and close.
                     sink.fatal(BAD_DATA_CHUNK if size == -1 else BAD_COMMAND_LINE)
