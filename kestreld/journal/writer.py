@@ -27,7 +27,9 @@ from dataclasses import dataclass
 import structlog
 
 from kestreld.journal import codec
-from kestreld.journal.files import segment_name
+from kestreld.journal.batch import Batch
+from kestreld.journal.files import segment_name, unlink_quietly
+from kestreld.journal.progress import ProgressLog
 
 log = structlog.get_logger("kestreld.journal")
 
@@ -40,35 +42,6 @@ fsync_observer: Callable[[float], None] | None = None
 
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
-
-
-class Batch:
-    """Puts written together; resolved once written (and fsynced when required)."""
-
-    __slots__ = ("done", "error", "callbacks", "started", "end_segment", "end_offset")
-
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-        self.end_segment: Segment | None = None  # where its last put ends
-        self.end_offset = 0
-        self.done = False
-        self.error: str | None = None
-        self.callbacks: list[Callable[[Batch], None]] = []
-
-    def add_done_callback(self, fn: Callable[[Batch], None]) -> None:
-        if self.done:
-            fn(self)
-        else:
-            self.callbacks.append(fn)
-
-    def resolve(self, error: str | None = None) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.error = error
-        callbacks, self.callbacks = self.callbacks, []
-        for fn in callbacks:
-            fn(self)
 
 
 @dataclass(slots=True, eq=False)
@@ -123,6 +96,8 @@ class WriterJournal:
         self._failed_until = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read_fds: dict[str, int] = {}
+        self._progress: list[ProgressLog] = []  # readers' progress logs with confirms this tick
+        self._progress_fds: set[int] = set()  # progress files written since the last fsync
 
     # --- start-up ---------------------------------------------------------------------
 
@@ -144,7 +119,7 @@ class WriterJournal:
             seg.size = seg.written = seg.visible = size
             if size < codec.MAGIC_SIZE:
                 warnings.append(f"{path}: {size}-byte segment without a complete header; removed")
-                _unlink(path)
+                unlink_quietly(path)
                 continue
             self.segments.append(seg)
         # The newest is scanned whole (its first id is needed for the ranges below).
@@ -284,10 +259,29 @@ class WriterJournal:
             batch = self._batch = Batch()
         batch.end_segment = seg
         batch.end_offset = seg.size
+        self._schedule_flush()
+        return id_, seg, offset, batch
+
+    def join(self, progress: ProgressLog) -> None:
+        """A reader's confirms go out with this tick's write (and share its fsync)."""
+        if progress not in self._progress:
+            self._progress.append(progress)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._get_loop().call_soon(self.flush)
-        return id_, seg, offset, batch
+
+    def retire(self, fd: int) -> None:
+        """A progress file descriptor no longer written: closed once no fsync can use it."""
+        if fd < 0:
+            return
+        self._progress_fds.discard(fd)
+        if self.closed or (self.sync_journal is None and not self._syncing):
+            _close(fd)
+        else:
+            self._retired_fds.append(fd)
 
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -312,7 +306,7 @@ class WriterJournal:
             os.write(fd, codec.WRITER_MAGIC)
         except OSError:
             os.close(fd)
-            _unlink(path)
+            unlink_quietly(path)
             raise
         self._fd = fd
         self._dir_dirty = True
@@ -364,25 +358,40 @@ class WriterJournal:
         log.warning("journal_batch_dropped", queue=self.queue, bytes=lost)
 
     def flush(self) -> None:
-        """Write this tick's batch and acknowledge it (now, or after its fsync)."""
+        """Write this tick's puts and confirms; acknowledge them now, or after one fsync."""
         self._flush_scheduled = False
-        batch, self._batch = self._batch, None
-        if batch is None:
-            return
-        try:
-            self.write_buffer()
-        except JournalWriteError as e:
-            batch.resolve(str(e))
+        written = self._write_tick()
+        if not written:
             return
         if self.sync_journal == 0:
-            self._unsynced.append(batch)
+            self._unsynced += written
             self._start_sync()
             return
-        self._acknowledge(batch)
+        for batch in written:
+            self._acknowledge(batch)
         if self.sync_journal is not None and self._sync_timer is None and not self._syncing:
             self._sync_timer = self._get_loop().call_later(
                 self.sync_journal / 1000, self._periodic_sync
             )
+
+    def _write_tick(self) -> list[Batch]:
+        """One write for the puts, one append per reader with confirms; the batches written."""
+        written = []
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            try:
+                self.write_buffer()
+                written.append(batch)
+            except JournalWriteError as e:
+                batch.resolve(str(e))
+        progress, self._progress = self._progress, []
+        for log_ in progress:
+            done = log_.write()
+            if done is not None:
+                written.append(done)
+                if self.sync_journal is not None:
+                    self._progress_fds.add(log_.fd)
+        return written
 
     def _acknowledge(self, batch: Batch) -> None:
         """The batch is safe: readers may now read it, then its waiters learn so."""
@@ -404,7 +413,8 @@ class WriterJournal:
         if self._syncing:
             return
         waiting, self._unsynced = self._unsynced, []
-        fds = self._retired_fds + ([self._fd] if self._fd >= 0 else [])
+        fds = self._retired_fds + ([self._fd] if self._fd >= 0 else []) + list(self._progress_fds)
+        self._progress_fds = set()
         retired, self._retired_fds = self._retired_fds, []
         dir_dirty, self._dir_dirty = self._dir_dirty, False
         if not fds and not waiting:
@@ -442,23 +452,20 @@ class WriterJournal:
 
     def sync_now(self) -> None:
         """Write and fsync everything on the calling thread, then acknowledge it (shutdown)."""
-        batch, self._batch = self._batch, None
+        self._flush_scheduled = False
+        written = self._write_tick()
+        fds = self._retired_fds + ([self._fd] if self._fd >= 0 else []) + list(self._progress_fds)
         error = None
-        try:
-            self.write_buffer()
-        except JournalWriteError as e:
-            error = str(e)
-        fds = self._retired_fds + ([self._fd] if self._fd >= 0 else [])
         try:
             _sync_files(fds, self._retired_fds, self.folder if self._dir_dirty else None)
         except OSError as e:
+            error = f"journal fsync failed: {e.strerror}"
             log.error("journal_fsync_failed", queue=self.queue, error=str(e))
         self._retired_fds = []
+        self._progress_fds = set()
         self._dir_dirty = False
         pending, self._unsynced = self._unsynced, []
-        if batch is not None:
-            pending.append(batch)
-        for b in pending:
+        for b in pending + written:
             if error is None:
                 self._acknowledge(b)
             else:
@@ -592,7 +599,7 @@ class WriterJournal:
             self._batch = None
         self.close()
         for seg in self.segments:
-            _unlink(seg.path)
+            unlink_quietly(seg.path)
         self.segments = []
 
 
@@ -615,12 +622,5 @@ def _sync_files(fds: list[int], close_after: list[int], folder: str | None) -> N
 def _close(fd: int) -> None:
     try:
         os.close(fd)
-    except OSError:
-        pass
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
     except OSError:
         pass

@@ -25,6 +25,7 @@ import structlog
 
 from kestreld.journal.files import split_queue_name
 from kestreld.journal.writer import Batch, JournalWriteError
+from kestreld.protocol.confirm_reply import ConfirmReply
 from kestreld.protocol.status import ServerStatus
 from kestreld.queues.journaled_queue import QueueFull
 from kestreld.queues.reader import OpenRead, Reader
@@ -89,7 +90,7 @@ class MemcacheConnection(asyncio.Protocol):
         self.pending_set: tuple[str, int, int, bool] | None = (
             None  # queue, expiry ms, size, noreply
         )
-        self.out: list[bytes | Batch] = []
+        self.out: list[bytes | Batch | ConfirmReply] = []
         self.out_size = 0  # large reply bytes in self.out
         self.pending_batches = 0
         self.unacked: list[Batch] = []  # batches holding this connection's sets, not yet resolved
@@ -102,6 +103,8 @@ class MemcacheConnection(asyncio.Protocol):
         self.read_paused = False
         self.last_active = time.monotonic()
         self.open_reads: dict[Reader, deque[OpenRead]] = {}
+        self.waiting_reply: ConfirmReply | None = None  # a get waits for an item behind it
+        self.confirm_ticket: Batch | None = None  # the last confirm ticket this connection awaits
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
@@ -334,6 +337,9 @@ class MemcacheConnection(asyncio.Protocol):
                     ready.append(part)  # type: ignore[arg-type]
                 elif part.done:  # type: ignore[union-attr]
                     self.pending_batches -= 1
+                    if part.__class__ is ConfirmReply:
+                        ready.append(part.render())  # type: ignore[union-attr]
+                        continue
                     observe = self.server.latency_observer
                     if observe is not None:
                         observe("set", time.perf_counter() - part.started)  # type: ignore[union-attr]
@@ -491,11 +497,32 @@ class MemcacheConnection(asyncio.Protocol):
         reads = self.open_reads.get(reader)
         if opts.abort and reads:
             reader.abort([reads.popleft()])
+        reply = None
         if opts.close and reads:
-            reader.confirm(reads.popleft())
+            reply = self._confirm(reader, [reads.popleft()])
         if reads is not None and not reads:
             del self.open_reads[reader]
             reads = None
+        if reply is not None:
+            # The rest of the reply waits for the confirm to be durable.
+            outer, self.out = self.out, reply.parts
+            try:
+                self._get(reader, key, opts, fetch, refused, reads, reply)
+            finally:
+                self.out = outer
+            return
+        self._get(reader, key, opts, fetch, refused, reads, None)
+
+    def _get(
+        self,
+        reader: Reader,
+        key: bytes,
+        opts: _Get,
+        fetch: bool,
+        refused: bool,
+        reads: deque[OpenRead] | None,
+        reply: ConfirmReply | None,
+    ) -> None:
         if refused:
             self.out.append(_server_error("server is QUIESCENT"))
             return
@@ -519,7 +546,7 @@ class MemcacheConnection(asyncio.Protocol):
             self.stats.get_hits += 1
             if self.server.latency_observer is not None:
                 self.server.latency_observer("get_hit", 0.0)
-            self._deliver(reader, key, item, opts.open, opts.peek)
+            self._deliver(reader, key, item, opts.open, opts.peek, reply)
             return
         if opts.timeout <= 0 or opts.peek or self.eof:
             self.stats.get_misses += 1
@@ -527,6 +554,7 @@ class MemcacheConnection(asyncio.Protocol):
             return
         fut = reader.wait(self.server.loop, opts.timeout / 1000)
         self.waiting = fut
+        self.waiting_reply = reply
         started = time.perf_counter()
         fut.add_done_callback(lambda f: self._on_item(f, reader, key, opts.open, started))
 
@@ -537,36 +565,112 @@ class MemcacheConnection(asyncio.Protocol):
         observe = self.server.latency_observer
         if observe is not None and not self.closing:
             observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - started)
-        if self.closing:
+        reply, self.waiting_reply = self.waiting_reply, None
+        if self.closing or (reply is not None and reply.failed):
             if item is not None:
-                reader.return_items([item])  # the waiter died: the item goes on
+                reader.return_items([item])  # the waiter died (or its /close failed): it goes on
+            if not self.closing:
+                self.waiting = None
+                self._resume()
             return
         self.waiting = None
         self.last_active = time.monotonic()  # idle from the reply on, not from the request
-        if item is None:
-            self.stats.get_misses += 1
-            self.out.append(END)
+        outer = self.out
+        if reply is not None and not reply.rendered:
+            self.out = reply.parts  # still behind its /close: goes out with it
         else:
-            self.stats.get_hits += 1
-            self._deliver(reader, key, item, open_, False)
+            reply = None
+        try:
+            if item is None:
+                self.stats.get_misses += 1
+                self.out.append(END)
+            else:
+                self.stats.get_hits += 1
+                self._deliver(reader, key, item, open_, False, reply)
+        finally:
+            self.out = outer
         self._resume()
 
-    def _deliver(self, reader: Reader, key: bytes, item, open_: bool, peek: bool) -> None:
+    def _deliver(
+        self,
+        reader: Reader,
+        key: bytes,
+        item,
+        open_: bool,
+        peek: bool,
+        reply: ConfirmReply | None = None,
+    ) -> None:
         data = item.data
-        self.out.append(b"VALUE %s 0 %d\r\n" % (key, len(data)))
-        self.out.append(data)
-        self.out.append(VALUE_END)
+        header = b"VALUE %s 0 %d\r\n" % (key, len(data))
         self.out_size += len(data)
         if peek:
+            self.out += (header, data, VALUE_END)
             return
         if open_:
+            self.out += (header, data, VALUE_END)
             read = reader.open(item)
             reads = self.open_reads.get(reader)
             if reads is None:
                 reads = self.open_reads[reader] = deque()
             reads.append(read)
-        else:
-            reader.commit(item.id)
+            if reply is not None:  # its /close failed: the new read goes back too
+                reply.undo.append(lambda: self._give_back(reader, read))
+            return
+        # A plain get confirms as it delivers: the item goes out once that is durable.
+        ticket = reader.consume(item)
+        if ticket is None or (ticket.done and ticket.error is None):
+            self.out += (header, data, VALUE_END)
+            return
+        consumed = self._held_reply(ticket)
+        consumed.parts += (header, data, VALUE_END)
+        consumed.undo.append(lambda: reader.return_items([item]))
+
+    # --- confirms ---------------------------------------------------------------------
+
+    def _confirm(self, reader: Reader, reads: list[OpenRead]) -> ConfirmReply | None:
+        """Confirm reads; the reply to hold until that is durable (None: reply now)."""
+        reply = None
+        for read in reads:
+            ticket = reader.confirm(read)
+            if ticket is None:
+                continue
+            if reply is None or reply.batch is not ticket:
+                reply = self._held_reply(ticket)
+            reply.undo.append(lambda read=read: self._reopen(reader, read))
+        return reply
+
+    def _held_reply(self, ticket: Batch) -> ConfirmReply:
+        reply = ConfirmReply(ticket)
+        self.out.append(reply)
+        self.pending_batches += 1
+        if not ticket.done and self.confirm_ticket is not ticket:
+            self.confirm_ticket = ticket  # one callback per ticket, however many replies
+            ticket.add_done_callback(self._on_confirmed)
+        return reply
+
+    def _on_confirmed(self, batch: Batch) -> None:
+        self.flush_out()
+        if self.eof:
+            self._finish_if_eof()
+
+    def _reopen(self, reader: Reader, read: OpenRead) -> None:
+        """A confirm failed: the read is open again, first in line to be confirmed."""
+        reader.reopen(read)
+        if self.closing:
+            reader.abort([read])
+            return
+        reads = self.open_reads.get(reader)
+        if reads is None:
+            reads = self.open_reads[reader] = deque()
+        reads.appendleft(read)
+
+    def _give_back(self, reader: Reader, read: OpenRead) -> None:
+        reads = self.open_reads.get(reader)
+        if reads is not None and read in reads:
+            reads.remove(read)
+            if not reads:
+                del self.open_reads[reader]
+        reader.abort([read])
 
     # --- other queue commands ---------------------------------------------------------
 
@@ -631,11 +735,11 @@ class MemcacheConnection(asyncio.Protocol):
         if not reads:
             self.out.append(ERROR)
             return
-        for _ in range(min(count, len(reads))):
-            reader.confirm(reads.popleft())  # type: ignore[union-attr]
+        confirmed = [reads.popleft() for _ in range(min(count, len(reads)))]
         if not reads:
             del self.open_reads[reader]  # type: ignore[index]
-        self.out.append(END)
+        reply = self._confirm(reader, confirmed)  # type: ignore[arg-type]
+        (reply.parts if reply is not None else self.out).append(END)
 
     def cmd_monitor(self, args: list[bytes]) -> None:
         name = self._name_arg(args)
