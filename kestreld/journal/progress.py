@@ -96,7 +96,10 @@ class ProgressLog:
         record = codec.encode_read_done(ids)
         try:
             if self.fd < 0:
-                record = self._open() + record
+                self._open()
+            if not self.size:  # a new file (or one cut back to nothing) starts whole
+                head, done = self._state()
+                record = codec.encode_checkpoint(head, done) + record
             _write_all(self.fd, record)
         except OSError as e:
             log.error("progress_write_failed", path=self.path, error=e.strerror)
@@ -114,14 +117,9 @@ class ProgressLog:
         if ids is not None:
             self._on_acked(ids, batch)
 
-    def _open(self) -> bytes:
-        """Open the file for appending; bytes to write first when it is new or empty."""
+    def _open(self) -> None:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
-        if self.size:
-            return b""
-        head, done = self._state()
-        return codec.encode_checkpoint(head, done)
 
     def _cut_back(self) -> None:
         if self.fd < 0:
