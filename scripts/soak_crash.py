@@ -78,6 +78,8 @@ class CycleEvents:
     # Plain gets sent but not answered when the server died: each may have consumed
     # its item durably with the reply lost (at-most-once, as in Kestrel 2.x).
     unanswered_gets: int = 0
+    # Confirms sent but not answered when the server died: durable or not, either is right.
+    confirms_in_flight: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -191,8 +193,11 @@ def _reliable_consumer(
                 ev.aborted.append((reader, open_key, time.monotonic()))
                 open_key = None
                 continue
+            if open_key is not None:
+                ev.confirms_in_flight = [(reader, open_key)]
             c.send(f"get {reader}/close/open/t=50\r\n")
             data, line = c.read_reply()
+            ev.confirms_in_flight = []
             now = time.monotonic()
             if open_key is not None:
                 ev.confirmed.append((reader, open_key, now))
@@ -225,8 +230,10 @@ def _batch_consumer(
                 ev.delivered.append((reader, key, time.monotonic()))
             if not opened:
                 continue
+            ev.confirms_in_flight = [(reader, k) for k in opened]
             c.send(f"confirm {reader} {len(opened)}\r\n")
             line = c.line()
+            ev.confirms_in_flight = []
             assert line == b"END", line
             now = time.monotonic()
             ev.confirmed.extend((reader, k, now) for k in opened)
@@ -465,6 +472,11 @@ class CrashCampaign:
                 for reader, key, _ in ev.confirmed:
                     confirmed[reader].add(key)
         cut = sum(ev.unanswered_gets for evs in self.epochs for ev in evs)
+        for evs in self.epochs:
+            for ev in evs:
+                # A confirm the kill cut off may have been made durable: gone is right too.
+                for reader, key in ev.confirms_in_flight:
+                    confirmed[reader].add(key)
         for reader in READERS:
             missing = acked - confirmed[reader] - set(drained[reader])
             if reader == PLAIN_READER and len(missing) <= cut:
