@@ -23,6 +23,7 @@ import structlog
 from kestreld.config import QueueConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
+from kestreld.journal.cursor import ReadBehind
 from kestreld.journal.files import checkpoint_name, unlink_quietly
 from kestreld.journal.progress import ProgressLog, rewrite
 from kestreld.journal.writer import Segment, WriterJournal
@@ -48,17 +49,6 @@ class OpenRead:
         self.reader = reader
         self.opened_at = opened_at  # monotonic seconds
         self.finished = False
-
-
-class ReadBehind:
-    """Where a reader resumes reading items that are only in the journal."""
-
-    __slots__ = ("segment", "offset", "next_id")
-
-    def __init__(self, segment: Segment, offset: int, next_id: int) -> None:
-        self.segment = segment
-        self.offset = offset
-        self.next_id = next_id  # the lowest id not yet loaded
 
 
 @dataclass(slots=True, eq=False)
