@@ -184,6 +184,10 @@ def test_full_disk_confirms_get_server_error_and_stay_open_while_peeks_and_stats
     reply = c.line()
     assert reply.startswith(b"SERVER_ERROR") and b"No space left" in reply, reply
     assert c.stats()["queue_reads_open_transactions"] == "1", "the read stays open"
+    c.send("get reads/close/open\r\n")
+    reply = c.line()
+    assert reply.startswith(b"SERVER_ERROR"), reply
+    assert c.stats()["queue_reads_open_transactions"] == "1", "nothing new opened either"
     other = Conn(srv.connect())
     assert other.get("reads/peek")[:8] == b"%08d" % acked[1]
     assert int(c.stats()["queue_reads_items"]) == len(acked) - 1

@@ -11,18 +11,26 @@ given back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kestreld.journal.batch import Batch
 
+if TYPE_CHECKING:
+    from kestreld.queues.item import QueueItem
+    from kestreld.queues.reader import OpenRead, Reader
+
 
 class ConfirmReply:
-    __slots__ = ("batch", "parts", "undo", "rendered", "failed")
+    __slots__ = ("batch", "parts", "reader", "reopen", "give_back", "taken", "rendered", "failed")
 
-    def __init__(self, batch: Batch) -> None:
+    def __init__(self, batch: Batch, reader: Reader) -> None:
         self.batch = batch
         self.parts: list[bytes] = []  # the reply, sent once the batch succeeded
-        self.undo: list[Callable[[], None]] = []  # run if it failed
+        self.reader = reader
+        # What to undo if the batch failed (plain data, not closures: this is per request).
+        self.reopen: list[OpenRead] = []  # the reads it confirmed: open again
+        self.give_back: OpenRead | None = None  # a read the same request opened
+        self.taken: QueueItem | None = None  # a plain get's item: back to the head
         self.rendered = False
         self.failed = False
 
@@ -31,12 +39,14 @@ class ConfirmReply:
         return self.batch.done
 
     def render(self) -> bytes:
-        """The bytes to send now that the batch resolved (runs the undo steps on failure)."""
+        """The bytes to send now that the batch resolved.
+
+        On failure the caller undoes it (:attr:`failed` is set); the reply is
+        ``SERVER_ERROR <reason>``.
+        """
         self.rendered = True
         error = self.batch.error
         if error is None:
             return b"".join(self.parts)
         self.failed = True
-        for step in self.undo:
-            step()
         return b"SERVER_ERROR %s\r\n" % error.encode("utf-8", "replace")

@@ -339,6 +339,8 @@ class MemcacheConnection(asyncio.Protocol):
                     self.pending_batches -= 1
                     if part.__class__ is ConfirmReply:
                         ready.append(part.render())  # type: ignore[union-attr]
+                        if part.failed:  # type: ignore[union-attr]
+                            self._undo(part)  # type: ignore[arg-type]
                         continue
                     observe = self.server.latency_observer
                     if observe is not None:
@@ -613,17 +615,17 @@ class MemcacheConnection(asyncio.Protocol):
             if reads is None:
                 reads = self.open_reads[reader] = deque()
             reads.append(read)
-            if reply is not None:  # its /close failed: the new read goes back too
-                reply.undo.append(lambda: self._give_back(reader, read))
+            if reply is not None:  # if its /close fails, the new read goes back too
+                reply.give_back = read
             return
         # A plain get confirms as it delivers: the item goes out once that is durable.
         ticket = reader.consume(item)
         if ticket is None or (ticket.done and ticket.error is None):
             self.out += (header, data, VALUE_END)
             return
-        consumed = self._held_reply(ticket)
+        consumed = self._held_reply(ticket, reader)
         consumed.parts += (header, data, VALUE_END)
-        consumed.undo.append(lambda: reader.return_items([item]))
+        consumed.taken = item
 
     # --- confirms ---------------------------------------------------------------------
 
@@ -635,12 +637,12 @@ class MemcacheConnection(asyncio.Protocol):
             if ticket is None:
                 continue
             if reply is None or reply.batch is not ticket:
-                reply = self._held_reply(ticket)
-            reply.undo.append(lambda read=read: self._reopen(reader, read))
+                reply = self._held_reply(ticket, reader)
+            reply.reopen.append(read)
         return reply
 
-    def _held_reply(self, ticket: Batch) -> ConfirmReply:
-        reply = ConfirmReply(ticket)
+    def _held_reply(self, ticket: Batch, reader: Reader) -> ConfirmReply:
+        reply = ConfirmReply(ticket, reader)
         self.out.append(reply)
         self.pending_batches += 1
         if not ticket.done and self.confirm_ticket is not ticket:
@@ -652,6 +654,16 @@ class MemcacheConnection(asyncio.Protocol):
         self.flush_out()
         if self.eof:
             self._finish_if_eof()
+
+    def _undo(self, reply: ConfirmReply) -> None:
+        """A confirm could not be made durable: put everything back as it was."""
+        reader = reply.reader
+        if reply.give_back is not None:
+            self._give_back(reader, reply.give_back)
+        for read in reversed(reply.reopen):
+            self._reopen(reader, read)
+        if reply.taken is not None:
+            reader.return_items([reply.taken])
 
     def _reopen(self, reader: Reader, read: OpenRead) -> None:
         """A confirm failed: the read is open again, first in line to be confirmed."""
