@@ -119,3 +119,11 @@ def scan_folder(path: str) -> FolderScan:
     for files in queues.values():
         files.segments.sort()
     return FolderScan(queues, temporaries, kestrel2, unknown)
+
+
+def unlink_quietly(path: str) -> None:
+    """Remove a file that may already be gone (cleanup paths: the error is not news)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

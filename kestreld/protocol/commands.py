@@ -35,10 +35,11 @@ from kestreld.protocol.replies import (
     server_error,
 )
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
-from kestreld.queues.reader import Reader
+from kestreld.queues.reader import OpenRead, Reader
 from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
+    from kestreld.protocol.confirm_reply import ConfirmReply
     from kestreld.protocol.connection import MemcacheConnection
     from kestreld.queues.item import QueueItem
 
@@ -295,11 +296,41 @@ def _get_one(
     reads = conn.open_reads.get(reader)
     if opts.abort and reads:
         reader.abort([reads.popleft()])
+    reply = None
     if opts.close and reads:
-        reader.confirm(reads.popleft())
+        reply = confirm_reads(conn, reader, [reads.popleft()])
     if reads is not None and not reads:
         del conn.open_reads[reader]
         reads = None
+    if reply is None:
+        return _fetch(conn, reader, key, opts, single, with_cas, refused, reads, None)
+    # The rest of this key's reply waits for its /close to be durable, and goes out with it.
+    outer, conn.out = conn.out, reply.parts
+    try:
+        complete = _fetch(conn, reader, key, opts, single, with_cas, refused, reads, reply)
+        if single and not complete and conn.waiting is None:
+            conn.out.append(END)  # the whole reply is held: a failed close replaces all of it
+            complete = True
+        return complete
+    finally:
+        conn.out = outer
+
+
+def _fetch(
+    conn: MemcacheConnection,
+    reader: Reader,
+    key: bytes,
+    opts: GetOptions,
+    single: bool,
+    with_cas: bool,
+    refused: bool,
+    reads: deque[OpenRead] | None,
+    reply: ConfirmReply | None,
+) -> bool:
+    """The fetch of a get, after its /close or /abort: as :func:`_get_one` returns."""
+    server = conn.server
+    stats = conn.stats
+    fetch = opts.open or not (opts.close or opts.abort)
     if refused:
         conn.out.append(server_error("server is QUIESCENT"))
         return True
@@ -323,13 +354,14 @@ def _get_one(
         if server.latency_observer is not None:
             server.latency_observer("get_hit", 0.0)
         tail = VALUE_END if single else CRLF
-        deliver(conn, reader, key, item, opts.open, opts.peek, tail, with_cas)
+        deliver(conn, reader, key, item, opts.open, opts.peek, tail, with_cas, reply)
         return single
     if not single or opts.timeout <= 0 or conn.eof:
         stats.get_misses += 1
         return False
     fut = reader.wait(server.loop, opts.timeout / 1000)
     conn.waiting = fut
+    conn.waiting_reply = reply
     started = time.perf_counter()
     open_, peek = opts.open, opts.peek
     fut.add_done_callback(lambda f: _on_item(conn, f, reader, key, open_, peek, with_cas, started))
@@ -351,20 +383,32 @@ def _on_item(
     observe = conn.server.latency_observer
     if observe is not None and not conn.closing:
         observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - started)
-    if conn.closing:
+    reply, conn.waiting_reply = conn.waiting_reply, None
+    if conn.closing or (reply is not None and reply.failed):
         if item is not None:
-            reader.return_items([item])  # the waiter died: the item goes on
+            reader.return_items([item])  # the waiter died (or its /close failed): it goes on
+        if not conn.closing:
+            conn.waiting = None
+            conn.resume()
         return
     conn.waiting = None
     conn.last_active = time.monotonic()  # idle from the reply on, not from the request
-    if item is None:
-        conn.stats.get_misses += 1
-        conn.out.append(END)
+    outer = conn.out
+    if reply is not None and not reply.rendered:
+        conn.out = reply.parts  # still behind its /close: goes out with it
     else:
-        conn.stats.get_hits += 1
-        if peek:
-            reader.return_items([item])  # a peek only looks: the item stays at the head
-        deliver(conn, reader, key, item, open_, peek, VALUE_END, with_cas)
+        reply = None
+    try:
+        if item is None:
+            conn.stats.get_misses += 1
+            conn.out.append(END)
+        else:
+            conn.stats.get_hits += 1
+            if peek:
+                reader.return_items([item])  # a peek only looks: the item stays at the head
+            deliver(conn, reader, key, item, open_, peek, VALUE_END, with_cas, reply)
+    finally:
+        conn.out = outer
     conn.resume()
 
 
@@ -377,31 +421,83 @@ def deliver(
     peek: bool,
     tail: bytes,
     with_cas: bool = False,
+    reply: ConfirmReply | None = None,
 ) -> None:
-    """Write one item, then ``tail``; a plain get commits it, ``/open`` keeps it open.
+    """Write one item, then ``tail``; ``/open`` keeps it open, a plain get confirms it.
 
-    ``gets`` adds a cas unique (the item's id), as memcache clients expect; no
-    command takes it back.
+    A plain get's reply waits until that confirm is durable, like a ``/close``.
+    ``reply``: the held reply of this get's ``/close``, which gives the new read
+    back if that close fails.  ``gets`` adds a cas unique (the item's id), as
+    memcache clients expect; no command takes it back.
     """
     data = item.data
-    out = conn.out
     if with_cas:
-        out.append(b"VALUE %s 0 %d %d\r\n" % (key, len(data), item.id))
+        header = b"VALUE %s 0 %d %d\r\n" % (key, len(data), item.id)
     else:
-        out.append(b"VALUE %s 0 %d\r\n" % (key, len(data)))
-    out.append(data)
-    out.append(tail)
+        header = b"VALUE %s 0 %d\r\n" % (key, len(data))
     conn.out_size += len(data)
     if peek:
+        conn.out += (header, data, tail)
         return
     if open_:
+        conn.out += (header, data, tail)
         read = reader.open(item)
         reads = conn.open_reads.get(reader)
         if reads is None:
             reads = conn.open_reads[reader] = deque()
         reads.append(read)
-    else:
-        reader.commit(item.id)
+        if reply is not None:
+            reply.give_back = read
+        return
+    ticket = reader.consume(item)
+    if ticket is None or (ticket.done and ticket.error is None):
+        conn.out += (header, data, tail)
+        return
+    held = conn.hold_reply(ticket, reader)
+    held.parts += (header, data, tail)
+    held.taken = item
+
+
+# --- confirms -----------------------------------------------------------------------------
+
+
+def confirm_reads(
+    conn: MemcacheConnection, reader: Reader, reads: list[OpenRead]
+) -> ConfirmReply | None:
+    """Confirm ``reads``; the reply to hold until that is durable (None: reply now)."""
+    reply = None
+    for read in reads:
+        ticket = reader.confirm(read)
+        if ticket is None:
+            continue
+        if reply is None or reply.batch is not ticket:
+            reply = conn.hold_reply(ticket, reader)
+        reply.reopen.append(read)
+    return reply
+
+
+def undo_confirm(conn: MemcacheConnection, reply: ConfirmReply) -> None:
+    """A confirm could not be made durable: everything its request did is put back."""
+    reader = reply.reader
+    give_back = reply.give_back
+    if give_back is not None:  # the read the same request opened goes back to the queue
+        reads = conn.open_reads.get(reader)
+        if reads is not None and give_back in reads:
+            reads.remove(give_back)
+            if not reads:
+                del conn.open_reads[reader]
+            reader.abort([give_back])
+    for read in reversed(reply.reopen):  # open again, first in line to be confirmed
+        reader.reopen(read)
+        if conn.closing:
+            reader.abort([read])
+            continue
+        reads = conn.open_reads.get(reader)
+        if reads is None:
+            reads = conn.open_reads[reader] = deque()
+        reads.appendleft(read)
+    if reply.taken is not None:
+        reader.return_items([reply.taken])
 
 
 # --- other queue commands -----------------------------------------------------------------
@@ -456,11 +552,11 @@ def cmd_confirm(conn: MemcacheConnection, args: list[bytes]) -> None:
     if not reads:
         conn.out.append(ERROR)
         return
-    for _ in range(min(count, len(reads))):
-        reader.confirm(reads.popleft())  # type: ignore[union-attr]
+    confirmed = [reads.popleft() for _ in range(min(count, len(reads)))]
     if not reads:
         del conn.open_reads[reader]  # type: ignore[index]
-    conn.out.append(END)
+    reply = confirm_reads(conn, reader, confirmed)  # type: ignore[arg-type]
+    (reply.parts if reply is not None else conn.out).append(END)
 
 
 def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:

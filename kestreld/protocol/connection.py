@@ -6,7 +6,9 @@ complete request back here; the command table
 Replies are written once per batch of requests.  A ``set`` is acknowledged
 only when its journal batch is written (or fsynced, with ``sync_journal = 0``):
 its reply waits in ``out`` as the pending batch and later replies queue behind
-it, so replies always come back in request order.
+it, so replies always come back in request order.  A confirm (``/close``,
+``confirm``, a plain get) is held the same way, as a
+:class:`~kestreld.protocol.confirm_reply.ConfirmReply` on its progress batch.
 
 Parsing stops (the rest of the input stays buffered) while:
 
@@ -29,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kestreld.protocol.commands import COMMANDS, UNKNOWN
+from kestreld.protocol.commands import COMMANDS, UNKNOWN, undo_confirm
+from kestreld.protocol.confirm_reply import ConfirmReply
 from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, Command, Framing
 from kestreld.protocol.replies import BAD_DATA_CHUNK, STORED, server_error
 
@@ -54,7 +57,7 @@ class MemcacheConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = None
         self.framing = Framing(COMMANDS, UNKNOWN, server.config.max_line_length)
-        #: Replies in request order: bytes, or a set's pending journal batch.
+        #: Replies in request order: bytes, a set's pending journal batch, or a ConfirmReply.
         self.out: list[Any] = []
         self.out_size = 0  # large reply bytes in self.out
         self.pending_batches = 0
@@ -71,6 +74,9 @@ class MemcacheConnection(asyncio.Protocol):
         self.open_reads: dict[Reader, deque[OpenRead]] = {}
         #: (queue, expiry ms, noreply) of a set whose data block is being read.
         self.put_target: tuple[str, int, bool] | None = None
+        #: The held reply of a ``/close`` whose get now waits for an item (it goes out with it).
+        self.waiting_reply: ConfirmReply | None = None
+        self.confirm_ticket: Any = None  # the last confirm batch this connection listens to
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
@@ -275,6 +281,11 @@ class MemcacheConnection(asyncio.Protocol):
                     ready.append(part)
                 elif part.done:
                     self.pending_batches -= 1
+                    if part.__class__ is ConfirmReply:
+                        ready.append(part.render())
+                        if part.failed:
+                            undo_confirm(self, part)
+                        continue
                     observe = self.server.latency_observer
                     if observe is not None:
                         observe("set", time.perf_counter() - part.started)
@@ -288,6 +299,21 @@ class MemcacheConnection(asyncio.Protocol):
         if data and not self.closing:
             self.stats.bytes_written += len(data)
             self.transport.write(data)
+
+    def hold_reply(self, ticket: Any, reader: Reader) -> ConfirmReply:
+        """A reply that goes out once ``ticket`` (a confirm's progress batch) resolves."""
+        reply = ConfirmReply(ticket, reader)
+        self.out.append(reply)
+        self.pending_batches += 1
+        if not ticket.done and self.confirm_ticket is not ticket:
+            self.confirm_ticket = ticket  # one callback per batch, however many replies
+            ticket.add_done_callback(self._on_confirmed)
+        return reply
+
+    def _on_confirmed(self, batch: Any) -> None:
+        self.flush_out()
+        if self.eof:
+            self._finish_if_eof()
 
     def watch_batch(self, batch: Any) -> None:
         """A set of this connection waits for ``batch``: later requests wait with it."""

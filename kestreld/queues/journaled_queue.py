@@ -7,19 +7,20 @@ A ``journal = false`` queue keeps no files and lives in memory only.
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import os
 import time
 from concurrent.futures import Executor
 
 import structlog
 
 from kestreld.config import QueueConfig, ServerConfig
-from kestreld.journal.checkpoint import read_checkpoint, write_checkpoint
-from kestreld.journal.files import QueueFiles, checkpoint_name
-from kestreld.journal.writer import Batch, JournalWriteError, Segment, WriterJournal
+from kestreld.journal.batch import Batch
+from kestreld.journal.checkpoint import read_checkpoint
+from kestreld.journal.files import QueueFiles
+from kestreld.journal.writer import JournalWriteError, Segment, WriterJournal
 from kestreld.queues.item import QueueItem
-from kestreld.queues.reader import Reader
+from kestreld.queues.reader import Compaction, Reader
 
 log = structlog.get_logger("kestreld.queues")
 
@@ -102,9 +103,9 @@ class JournaledQueue:
                 head, done = cp.head, cp.done
                 if cp.problem and cp.head == 0 and oldest:
                     head = oldest - 1
-            reader.restore(head, done)
-            if cp is None or cp.problem:
-                reader.dirty = True
+            reader.restore(head, done, rewrite=cp is None or cp.problem is not None)
+            if cp is not None and cp.problem:
+                reader.compact_now()  # cut the damaged tail before anything is appended
         return warnings
 
     def _new_reader(self, rname: str) -> Reader:
@@ -120,7 +121,7 @@ class JournaledQueue:
         if reader is None and create and (rname or not self.config.fanout_only):
             reader = self._new_reader(rname)
             reader.start_at_tail()
-            self.save_checkpoint_soon(reader)
+            self.compact_soon(reader)  # its file must exist before a crash can forget it
             log.info("reader_created", queue=self.name, reader=rname)
         return reader
 
@@ -128,9 +129,7 @@ class JournaledQueue:
         reader = self.readers.pop(rname, None)
         if reader is None:
             return False
-        reader.close()
-        if self.journal is not None:
-            _unlink(os.path.join(self.folder, checkpoint_name(self.name, rname)))
+        reader.erase()
         return True
 
     @property
@@ -220,38 +219,25 @@ class JournaledQueue:
 
     # --- durability -----------------------------------------------------------------------
 
-    def save_checkpoint_soon(self, reader: Reader) -> None:
-        if self.journal is None or self.executor is None:
+    def compact_soon(self, reader: Reader) -> None:
+        """Rewrite one reader's progress file now, off the loop."""
+        job = reader.start_compaction()
+        if job is None:
             return
-        import asyncio
+        if self.executor is None:
+            job.run()
+            reader.finish_compaction(job)
+            return
+        fut = asyncio.get_running_loop().run_in_executor(self.executor, job.run)
+        fut.add_done_callback(lambda _: reader.finish_compaction(job))
 
-        path = os.path.join(self.folder, checkpoint_name(self.name, reader.name))
-        head, done = reader.checkpoint_state()
-        reader.dirty = False
-        fut = asyncio.get_running_loop().run_in_executor(
-            self.executor, write_checkpoint, path, head, done
-        )
-        fut.add_done_callback(lambda f: self._checkpoint_written(reader, head, f))
-
-    def _checkpoint_written(self, reader: Reader, head: int, fut) -> None:
-        exc = fut.exception()
-        if exc is not None:
-            reader.dirty = True
-            log.error("checkpoint_failed", queue=reader.full_name, error=str(exc))
-        else:
-            reader.saved_head = max(reader.saved_head, head)
-
-    def checkpoint_jobs(self) -> list[tuple[Reader, str, int, list[int]]]:
-        """Snapshots of the readers whose state changed since the last checkpoint."""
-        if self.journal is None:
-            return []
+    def compactions(self) -> list[Compaction]:
+        """Rewrites for the readers whose state changed since their last one."""
         jobs = []
         for reader in self.readers.values():
-            if reader.dirty:
-                reader.dirty = False
-                head, done = reader.checkpoint_state()
-                path = os.path.join(self.folder, checkpoint_name(self.name, reader.name))
-                jobs.append((reader, path, head, done))
+            job = reader.start_compaction()
+            if job is not None:
+                jobs.append(job)
         return jobs
 
     def remove_dead_segments(self) -> list[str]:
@@ -268,22 +254,16 @@ class JournaledQueue:
         if self.journal is None:
             return
         self.journal.close()
-        for reader, path, head, done in self.checkpoint_jobs():
-            try:
-                write_checkpoint(path, head, done)
-                reader.saved_head = head
-            except OSError as e:
-                log.error("checkpoint_failed", queue=reader.full_name, error=str(e))
+        for reader in self.readers.values():
+            reader.compact_now()
 
     def erase(self) -> None:
         """Delete the queue's files (``delete q``)."""
         self.deleted = True
         for reader in self.readers.values():
-            reader.close()
+            reader.erase()
         if self.journal is not None:
             self.journal.erase()
-            for rname in self.readers:
-                _unlink(os.path.join(self.folder, checkpoint_name(self.name, rname)))
 
     def reconfigure(self, server_config: ServerConfig) -> None:
         """Apply a reloaded config live."""
@@ -295,13 +275,6 @@ class JournaledQueue:
             self.journal.archive_path = server_config.archive_path
         for rname, reader in self.readers.items():
             reader.config = server_config.queue(self.name if not rname else f"{self.name}+{rname}")
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 __all__ = ["JournaledQueue", "QueueFull", "JournalWriteError"]
