@@ -301,6 +301,11 @@ def decode_checkpoint(data: bytes) -> tuple[int, set[int], str | None]:
             head = rec.id
         elif isinstance(rec, ReadDone):
             done.update(rec.ids)
+        else:
+            # A progress file holds nothing else: a record of another kind is damage
+            # (a flipped command byte can make a skippable record), so stop there.
+            problem = f"unexpected record in a progress file at offset {rec.offset}"
+            break
     if head is None:
         return 0, set(), problem or "checkpoint has no READ_HEAD"
     return head, {i for i in done if i > head}, problem
