@@ -1,6 +1,7 @@
 """The ``kestreld`` command: the server, and its tools as sub-commands.
 
     kestreld [--config FILE] [--listen ADDR] [--port N] [--queue-path DIR] ...
+    kestreld --check-config FILE [--listen ADDR] [--port N] ...
     kestreld journal dump PATH... [--stats]
     kestreld journal import-kestrel2 OLD_DIR NEW_DIR [--queue NAME] [--dry-run]
     kestreld analyze SOURCE --out DIR [--master URL] [--since T] [--until T]
@@ -40,6 +41,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", dest="log_format", choices=["console", "json"])
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument(
+        "--check-config",
+        dest="check_config",
+        metavar="FILE",
+        help="validate FILE, print the effective config and exit (0 usable, 2 not)",
+    )
     return p
 
 
@@ -57,14 +64,18 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    from kestreld.protocol.server import run_server
-
     overrides = {
         k: v
         for k, v in vars(args).items()
         if k in ("listen_address", "port", "queue_path", "log_format", "log_level")
         and v is not None
     }
+    if args.check_config is not None:
+        from kestreld.tools import check_config
+
+        return check_config.main(args.check_config, overrides)
+    from kestreld.protocol.server import run_server
+
     return run_server(args.config, overrides)
 
 
