@@ -6,6 +6,8 @@
     kestreld journal import-kestrel2 OLD_DIR NEW_DIR [--queue NAME] [--dry-run]
     kestreld analyze SOURCE --out DIR [--master URL] [--since T] [--until T]
     kestreld ping [--host H] [--port N] [--timeout S] [--config FILE]
+    kestreld queues [--host H] [--port N] [--config FILE] [--json]
+    kestreld move SRC DST [--limit N] [--host H] [--port N] [--config FILE]
 
 Sub-commands import their modules lazily: the server never imports Spark.
 """
@@ -22,6 +24,8 @@ _TOOLS = {
     ("journal", "import-kestrel2"): "kestreld.journal.kestrel2_import",
     ("analyze",): "kestreld.pipeline.analyze",
     ("ping",): "kestreld.protocol.ping",
+    ("queues",): "kestreld.tools.queues_table",
+    ("move",): "kestreld.tools.move",
 }
 
 
@@ -30,7 +34,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         prog="kestreld",
         description="Kestrel-compatible message queue server (memcache text protocol). "
         "Tools: 'kestreld journal dump', 'kestreld journal import-kestrel2', "
-        "'kestreld analyze', 'kestreld ping'.",
+        "'kestreld analyze', 'kestreld ping', 'kestreld queues', 'kestreld move'.",
     )
     p.add_argument("--config", help="TOML config file (default: embedded defaults)")
     p.add_argument(
