@@ -117,8 +117,8 @@ def test_a_move_killed_again_and_again_loses_nothing_and_duplicates_at_most_the_
         runner = start_move(src, dst)
         target = figure(dst_server, "backlog", "items") + 500
         wait_until(
-            lambda t=target: (
-                figure(dst_server, "backlog", "items") >= t or runner.poll() is not None
+            lambda t=target, r=runner: (
+                figure(dst_server, "backlog", "items") >= t or r.poll() is not None
             )
         )
         if runner.poll() is None:
