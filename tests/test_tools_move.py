@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -189,3 +190,88 @@ def test_an_empty_source_waits_for_an_item_with_wait(make_server):
     assert runner.returncode == 0, err
     assert "moved 1 items" in out
     assert drain(proc, "dst") == ["late"]
+
+
+class MinimalKestrel(threading.Thread):
+    """The least a Kestrel-compatible source must speak: ``set``, ``get q``, ``get q/open``
+    and ``get q/close``; anything else is ``ERROR``.  An open read goes back to the
+    head of its queue when its connection drops, as in Kestrel 2.  It records every
+    command, so the test sees what ``kestreld move`` asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.queues: dict[str, collections.deque[bytes]] = collections.defaultdict(
+            collections.deque
+        )
+        self.commands: list[str] = []
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+
+    def run(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(sock,), daemon=True).start()
+
+    def serve(self, sock: socket.socket) -> None:
+        f = sock.makefile("rb")
+        holding: tuple[str, bytes] | None = None
+        try:
+            while line := f.readline():
+                words = line.decode().split()
+                with self.lock:
+                    self.commands.append(" ".join(words[:2]))
+                reply = b"ERROR\r\n"
+                if words[:1] == ["set"] and len(words) == 5:
+                    data = f.read(int(words[4]) + 2)[:-2]
+                    with self.lock:
+                        self.queues[words[1]].append(data)
+                    reply = b"STORED\r\n"
+                elif words[:1] == ["get"] and len(words) == 2:
+                    queue, *options = words[1].split("/")
+                    if set(options) <= {"open", "close"}:
+                        if "close" in options:
+                            holding = None
+                        reply = b"END\r\n"
+                        if "open" in options and holding is not None:
+                            reply = b"ERROR\r\n"  # one open read per connection
+                        elif options != ["close"]:  # a close alone fetches nothing
+                            with self.lock:
+                                q = self.queues[queue]
+                                data = q.popleft() if q else None
+                            if data is not None:
+                                if "open" in options:
+                                    holding = (queue, data)
+                                reply = b"VALUE %s 0 %d\r\n%s\r\nEND\r\n" % (
+                                    words[1].encode(),
+                                    len(data),
+                                    data,
+                                )
+                sock.sendall(reply)
+        finally:
+            if holding is not None:  # the connection dropped with a read open: give it back
+                with self.lock:
+                    self.queues[holding[0]].appendleft(holding[1])
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_the_source_may_be_any_server_speaking_only_get_open_close_and_set(make_server):
+    source = MinimalKestrel()
+    source.start()
+    try:
+        source.queues["legacy"].extend(f"old{i}".encode() for i in range(25))
+        target = make_server()
+        result = move(f"127.0.0.1:{source.port}/legacy", f"127.0.0.1:{target.port}/legacy")
+        assert result.returncode == 0, result.stderr
+        assert drain(target, "legacy") == [f"old{i}" for i in range(25)]
+        assert not source.queues["legacy"]
+        asked = set(source.commands)
+        assert asked == {"get legacy/open", "get legacy/close"}  # nothing else was needed
+    finally:
+        source.close()
