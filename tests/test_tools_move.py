@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import os
+import pty
 import signal
 import socket
 import subprocess
@@ -275,3 +277,31 @@ def test_the_source_may_be_any_server_speaking_only_get_open_close_and_set(make_
         assert asked == {"get legacy/open", "get legacy/close"}  # nothing else was needed
     finally:
         source.close()
+
+
+def test_a_terminal_sees_progress(make_server):
+    proc = make_server()
+    fill(proc, "src", [f"p{i}" for i in range(3000)])
+    controller, terminal = pty.openpty()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "kestreld", "move", "src", "dst", "--port", str(proc.port)],
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        text=True,
+    )
+    os.close(terminal)
+    out, _ = runner.communicate(timeout=120)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the terminal's other end is closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert runner.returncode == 0
+    assert "moved 3000 items" in out
+    progress = [line.strip() for line in shown.decode().split("\r") if line.strip()]
+    assert progress[-1].startswith("127.0.0.1:") and "moved 3000 items" in progress[-1]
