@@ -47,8 +47,8 @@ def _with_oldest_item_age(reader: Reader, now_ms: int) -> dict[str, int]:
     Unlike ``age`` (how long the last item *taken* had waited), it keeps
     growing while nobody consumes: the figure to alert on.
     """
+    added = reader.oldest_add_time()  # first: it may load the head from disk (mem_items)
     values = reader.stats()
-    added = reader.oldest_add_time()
     values["oldest_item_age"] = max(0, now_ms - added) if added is not None else 0
     return values
 
