@@ -97,6 +97,10 @@ class Mover:
     def __init__(self, src: QueueAt, dst: QueueAt, *, timeout: float = 10.0) -> None:
         if src == dst:
             raise EndpointError(f"source and destination are the same queue: {src}")
+        if src.server == dst.server and src.queue.partition("+")[0] == dst.queue:
+            raise EndpointError(
+                f"{dst} feeds {src}: every item moved would come back to it, without end"
+            )
         if "+" in dst.queue:
             raise EndpointError(f"cannot put to the fanout reader {dst.queue!r}: name its queue")
         self.src, self.dst = src, dst
