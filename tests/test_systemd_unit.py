@@ -47,6 +47,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def instance_config(port: int, metrics_port: int, spool: Path) -> str:
     """production.conf for one instance, as the recipe in docs/operations.md edits it."""
     text = (ROOT / "config" / "production.conf").read_text()
@@ -112,11 +120,13 @@ def test_two_instances_serve_independently_and_stop_on_the_kill_signal(tmp_path)
                     text=True,
                 )
             )
-        with Client([f"127.0.0.1:{p}" for p in ports], connect_timeout=1.0) as client:
-            deadline = time.monotonic() + 30
-            while len(client.version()) < 2:
+        deadline = time.monotonic() + 60
+        for port in ports:  # until both listen (a client would mark them down meanwhile)
+            while not listening(port):
                 assert time.monotonic() < deadline, "instances did not start"
                 time.sleep(0.2)
+        with Client([f"127.0.0.1:{p}" for p in ports], connect_timeout=5.0) as client:
+            assert len(client.version()) == 2
             for i in range(40):
                 assert client.put("spread", f"item{i}")
             per_server = {
