@@ -9,15 +9,21 @@
 # `docker stop` sends SIGTERM: kestreld gives open reads back, syncs its
 # journals, writes checkpoints and exits 0, well within the 10 s stop timeout.
 
+# BASE: the image both stages start from.  The default is the official Python image;
+# any image with python (3.11+), pip, groupadd and useradd on PATH will do, e.g. a
+# local Debian base where no registry is reachable (tests/test_image_podman.py builds one):
+#   docker build --build-arg BASE=localhost/debian-python:bookworm -t kestreld .
+ARG BASE=python:3.12-slim
+
 # --- build: wheels for kestreld and its runtime dependencies -----------------------------
-FROM python:3.12-slim AS build
+FROM ${BASE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kestreld ./kestreld
 RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels .
 
 # --- the server -----------------------------------------------------------------------------
-FROM python:3.12-slim
+FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1

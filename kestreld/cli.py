@@ -1,10 +1,13 @@
 """The ``kestreld`` command: the server, and its tools as sub-commands.
 
     kestreld [--config FILE] [--listen ADDR] [--port N] [--queue-path DIR] ...
+    kestreld --check-config FILE [--listen ADDR] [--port N] ...
     kestreld journal dump PATH... [--stats]
     kestreld journal import-kestrel2 OLD_DIR NEW_DIR [--queue NAME] [--dry-run]
     kestreld analyze SOURCE --out DIR [--master URL] [--since T] [--until T]
     kestreld ping [--host H] [--port N] [--timeout S] [--config FILE]
+    kestreld queues [--host H] [--port N] [--config FILE] [--json]
+    kestreld move SRC DST [--limit N] [--host H] [--port N] [--config FILE]
 
 Sub-commands import their modules lazily: the server never imports Spark.
 """
@@ -21,6 +24,8 @@ _TOOLS = {
     ("journal", "import-kestrel2"): "kestreld.tools.kestrel2_import",
     ("analyze",): "kestreld.pipeline.analyze",
     ("ping",): "kestreld.tools.ping",
+    ("queues",): "kestreld.tools.queues_table",
+    ("move",): "kestreld.tools.move",
 }
 
 
@@ -29,7 +34,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         prog="kestreld",
         description="Kestrel-compatible message queue server (memcache text protocol). "
         "Tools: 'kestreld journal dump', 'kestreld journal import-kestrel2', "
-        "'kestreld analyze', 'kestreld ping'.",
+        "'kestreld analyze', 'kestreld ping', 'kestreld queues', 'kestreld move'.",
     )
     p.add_argument("--config", help="TOML config file (default: embedded defaults)")
     p.add_argument(
@@ -40,6 +45,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-format", dest="log_format", choices=["console", "json"])
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument(
+        "--check-config",
+        dest="check_config",
+        metavar="FILE",
+        help="validate FILE, print the effective config and exit (0 usable, 2 not)",
+    )
     return p
 
 
@@ -57,14 +68,18 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    from kestreld.server import run_server
-
     overrides = {
         k: v
         for k, v in vars(args).items()
         if k in ("listen_address", "port", "queue_path", "log_format", "log_level")
         and v is not None
     }
+    if args.check_config is not None:
+        from kestreld.tools import check_config
+
+        return check_config.main(args.check_config, overrides)
+    from kestreld.server import run_server
+
     return run_server(args.config, overrides)
 
 

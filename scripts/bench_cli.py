@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_instances
 import bench_report as report
 from bench_backlog import backlog_lines, run_backlog
 from bench_profile import Profiler, summarize
@@ -91,6 +92,14 @@ def common(p: argparse.ArgumentParser, *, servers: bool = True) -> None:
     )
     g.add_argument("--profile-native", action="store_true", help="py-spy --native (C frames too)")
     g.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    if servers:
+        g.add_argument(
+            "--instances",
+            type=int,
+            default=1,
+            help="kestreld instances (each its own port and folder); connection i of each "
+            "role goes to instance i %% N, as a client list spreads them (default: 1)",
+        )
 
 
 def item_args(p: argparse.ArgumentParser, *, items: int, size: int = 1024, depth: int = 1) -> None:
@@ -122,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  scripts/bench flood --reliable -p 50 -c 50\n"
         "  scripts/bench compare --markdown-file BENCHMARKS-table.md\n"
         "  scripts/bench backlog --size 1GiB --max-memory 16MiB\n"
-        "  scripts/bench profile --out /tmp/prof",
+        "  scripts/bench profile --out /tmp/prof\n"
+        "  scripts/bench instances --max 2 --markdown",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -234,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     item_args(p, items=10_000)
     common(p)
 
+    bench_instances.add_parser(sub)
+
     p = sub.add_parser(
         "compare",
         help="the whole matrix against kestreld and memcached, with the targets",
@@ -314,6 +326,7 @@ def spec_from(args: argparse.Namespace) -> Spec:
         depth=args.depth,
         seconds=args.seconds,
         procs=args.procs,
+        instances=args.instances,
     )
     if args.command in ("put-many", "get-drain"):
         spec.connections = args.connections
@@ -578,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_backlog(args)
     if args.command == "profile":
         return cmd_profile(args)
+    if args.command == "instances":
+        return bench_instances.run(args, log)
     return cmd_workload(args)
 
 

@@ -168,7 +168,7 @@ class Connection:
         self.worker = worker
         self.role = role
         self.index = index
-        self.sock = worker.connect()
+        self.sock = worker.connect(index)
         self.buf = bytearray()
         self.expected = 0  # replies still due for the batch in flight
         self.batch_items = 0
@@ -284,7 +284,7 @@ class Connection:
         self.worker.forget(self, closing=False)
         self.sock.close()
         self.buf.clear()
-        self.sock = self.worker.connect()
+        self.sock = self.worker.connect(self.index)
         self.worker.watch(self)
 
 
@@ -554,10 +554,14 @@ CONNECTIONS = {
 class Worker:
     """One process: its share of one role's connections, driven from one epoll loop."""
 
-    def __init__(self, role: Role, indexes: range, port: int, shared, seconds: float) -> None:
+    def __init__(
+        self, role: Role, indexes: range, port: int | list[int], shared, seconds: float
+    ) -> None:
         self.role = role
         self.indexes = indexes
-        self.port = port
+        # Several ports: several server instances, used as a client list would be
+        # (connection i of a role talks to ports[i % len(ports)]).
+        self.ports = [port] if isinstance(port, int) else list(port)
         self.shared = shared
         self.seconds = seconds
         self.deadline = float("inf")
@@ -577,8 +581,9 @@ class Worker:
             need = 0
         self.prebuild = need <= PREBUILD_BYTES
 
-    def connect(self) -> socket.socket:
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+    def connect(self, index: int = 0) -> socket.socket:
+        port = self.ports[index % len(self.ports)]
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)  # blocking: recv only runs after epoll said readable
         return sock
@@ -709,14 +714,17 @@ def split(n: int, parts: int) -> list[range]:
 
 def run(
     roles: list[Role],
-    port: int,
+    port: int | list[int],
     *,
     seconds: float,
     procs: int = 2,
     stall: float = 30.0,
     on_start=None,
 ) -> LoadResult:
-    """Run the roles at once against 127.0.0.1:port; ``on_start()`` is called as they go."""
+    """Run the roles at once against 127.0.0.1:port; ``on_start()`` is called as they go.
+
+    With a list of ports, connection i of each role goes to ``port[i % len(port)]``.
+    """
     ctx = mp.get_context("fork")
     total = sum(r.connections for r in roles)
     out = ctx.Queue()

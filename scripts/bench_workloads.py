@@ -42,6 +42,9 @@ class Spec:
     drop_rate: float = 0.01  # leaky-reader
     rate: float = 0.0  # many-clients: producer items/s (0 = unthrottled)
     procs: int = 2  # load generator processes (at least one per role)
+    instances: int = (
+        1  # kestreld servers, each its own port and folder; connections spread over them
+    )
 
     @property
     def key(self) -> str:
@@ -55,13 +58,18 @@ class Spec:
         if self.sync_journal is not None:
             name += f"-sync{self.sync_journal}"
         conns = self.connections
+        many = f"-i{self.instances}" if self.instances > 1 else ""
         if self.workload in ("flood", "leaky-reader", "many-clients"):
-            return f"{name}-{size}-p{self.producers}c{conns}-d{self.depth}"
+            return f"{name}-{size}-p{self.producers}c{conns}-d{self.depth}{many}"
         if self.workload == "fanout":
-            return f"{name}-{size}-p{self.producers}r{self.readers}-d{self.depth}"
-        return f"{name}-{size}-c{conns}-d{self.depth}"
+            return f"{name}-{size}-p{self.producers}r{self.readers}-d{self.depth}{many}"
+        return f"{name}-{size}-c{conns}-d{self.depth}{many}"
 
     def describe(self) -> str:
+        text = self._describe()
+        return text + (f", {self.instances} instances" if self.instances > 1 else "")
+
+    def _describe(self) -> str:
         size = f"{self.size // 1024} KiB" if self.size % 1024 == 0 else f"{self.size} B"
         depth = f", depth {self.depth}" if self.depth > 1 else ""
         if self.workload == "put-many":
@@ -266,6 +274,7 @@ class Row:
     runs: int = 1  # > 1: every figure is the median of this many runs
     server_us_range: tuple[float, float] = (0.0, 0.0)  # over the runs
     p99_range: tuple[float, float] = (0.0, 0.0)
+    instances: int = 1  # server processes; server_cpu, server_cores and RSS are their sums
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -353,45 +362,57 @@ def measure(
     p = plan(spec, server)
     if p is None:
         return None
-    srv = start_server(server, p.config, workdir=workdir, memcached_threads=memcached_threads)
+    count = spec.instances if server == "kestreld" else 1
+    servers = []
     profiler = None
     try:
-        if p.commands:
-            send_commands(srv.port, p.commands)
+        for _ in range(count):
+            servers.append(
+                start_server(server, p.config, workdir=workdir, memcached_threads=memcached_threads)
+            )
+        ports = [srv.port for srv in servers]
+        pids = [srv.pid for srv in servers]
+        target = ports[0] if count == 1 else ports
+        for port in ports:
+            if p.commands:
+                send_commands(port, p.commands)
         prefilled = None
         if p.prefill:
-            prefilled = bench_load.run(p.prefill, srv.port, seconds=600, procs=spec.procs)
+            prefilled = bench_load.run(p.prefill, target, seconds=600, procs=spec.procs)
             bad = sum(r.errors for r in prefilled.roles.values())
             if bad:
                 raise RuntimeError(f"prefill failed: {bad} errors")
-        sampler = _RssSampler(srv.pid)
+        samplers = [_RssSampler(pid) for pid in pids]
         marks: dict[str, object] = {}
 
         def started() -> None:
-            marks["cpu"] = cpu_seconds(srv.pid)
+            marks["cpu"] = sum(cpu_seconds(pid) for pid in pids)
             marks["machine"] = MachineSample.now()
             marks["t"] = time.perf_counter()
-            sampler.start()
+            for sampler in samplers:
+                sampler.start()
             if profiler_factory is not None:
                 nonlocal profiler
-                profiler = profiler_factory(srv.pid)
+                profiler = profiler_factory(pids[0])
                 profiler.start()
 
         result = bench_load.run(
-            p.roles, srv.port, seconds=spec.seconds, procs=spec.procs, on_start=started
+            p.roles, target, seconds=spec.seconds, procs=spec.procs, on_start=started
         )
-        cpu = cpu_seconds(srv.pid) - marks["cpu"]  # type: ignore[operator]
+        cpu = sum(cpu_seconds(pid) for pid in pids) - marks["cpu"]  # type: ignore[operator]
         span = time.perf_counter() - marks["t"]  # type: ignore[operator]
         machine = MachineSample.now()
-        rss_end = memory(srv.pid).get("VmRSS", 0)
-        peak = max(sampler.stop(), rss_end)
+        rss_ends = [memory(pid).get("VmRSS", 0) for pid in pids]
+        rss_end = sum(rss_ends)
+        peak = sum(max(s.stop(), end) for s, end in zip(samplers, rss_ends, strict=True))
         if profiler is not None:
             profiler.stop()
-        check = _check(p, result, prefilled, srv.port)
+        check = _check(p, result, prefilled, target)
     finally:
         if profiler is not None:
             profiler.stop()
-        srv.stop()
+        for srv in servers:
+            srv.stop()
     primary = result.roles[p.primary]
     window = result.window([p.primary])
     units = primary.items
@@ -426,11 +447,15 @@ def measure(
         errors=errors,
         error_samples=samples,
         note=p.note,
+        instances=count,
     )
 
 
 def _check(
-    p: Plan, result: bench_load.LoadResult, prefilled: bench_load.LoadResult | None, port: int
+    p: Plan,
+    result: bench_load.LoadResult,
+    prefilled: bench_load.LoadResult | None,
+    port: int | list[int],
 ) -> str:
     """Did every STORED item reach each consumer role exactly once?
 
@@ -460,10 +485,11 @@ def _check(
                 stop_on_miss=True,
                 verify=True,
             )
-            rest = bench_load.run([drain], port, seconds=300, procs=1).roles["drain"]
-            left = rest.items
-            assert rest.ids is not None
-            got = bytes(min(255, a + b) for a, b in zip(got, rest.ids, strict=True))
+            for each in [port] if isinstance(port, int) else port:  # every instance
+                rest = bench_load.run([drain], each, seconds=300, procs=1).roles["drain"]
+                left += rest.items
+                assert rest.ids is not None
+                got = bytes(min(255, a + b) for a, b in zip(got, rest.ids, strict=True))
         if got == produced:
             verdicts.append("exactly once" + (f" ({left} drained after)" if left else ""))
             continue

@@ -6,6 +6,7 @@ delivered exactly once), not any performance figure.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -97,3 +98,25 @@ def test_repeated_runs_report_medians_and_ranges():
     (merged,) = median_rows([row(30, 5), row(50, 9), row(40, 7)])
     assert merged.runs == 3 and merged.server_us == 40 and merged.p99_ms == 7
     assert merged.server_us_range == (30, 50) and merged.p99_range == (5, 9)
+
+
+@pytest.mark.parametrize("workload", ["put-many", "get-drain", "flood"])
+def test_two_instances_share_the_load_and_every_item_arrives_once(workload, tmp_path):
+    spec = dataclasses.replace(SMALL[workload], seconds=1.0, size=64, instances=2)
+    row = measure(spec, "kestreld", workdir=str(tmp_path))
+    assert row is not None and row.instances == 2
+    assert row.errors == 0, row.error_samples
+    assert row.key.endswith("-i2") and "2 instances" in row.description
+    if workload != "put-many":
+        assert row.check.startswith("exactly once"), row.check
+
+
+def test_the_instances_command_reports_each_count(tmp_path, capsys):
+    code = bench_cli.main(
+        ["instances", "--max", "2", "--only", "set", "-c", "2", "-n", "1000", "--seconds", "0.5",
+         "--workdir", str(tmp_path), "--markdown"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("| set |")]
+    assert [row.split("|")[2].strip() for row in rows] == ["1", "2"]

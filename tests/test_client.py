@@ -22,6 +22,7 @@ from kestreld_process import Conn, KestreldProcess
 
 from kestreld.client import (
     Client,
+    ConnectionFailed,
     ItemState,
     NoServerAvailable,
     ServerError,
@@ -558,6 +559,20 @@ def test_every_server_unreachable_raises_no_server_available(qname):
             c.get(qname, timeout=0.3)
         with pytest.raises(NoServerAvailable):
             c.stats()
+
+
+def test_stats_and_flush_leave_a_server_marked_down_alone_until_its_retry_time(server, qname):
+    dead = dead_address()
+    with Client([address(server), dead], down_period=30.0, max_down_period=60.0) as c:
+        assert set(c.stats()) == {address(server)}  # the first call finds it dead
+        state = c.cluster.server(dead)
+        assert state.failures == 1
+        until = state.down_until
+        for _ in range(3):
+            assert set(c.stats()) == {address(server)}
+            with pytest.raises(ConnectionFailed, match="marked down"):
+                c.flush(qname)
+        assert state.failures == 1 and state.down_until == until  # back-off not raised
 
 
 def test_an_idle_connection_the_server_closed_is_not_taken_for_a_dead_server(make_server, qname):

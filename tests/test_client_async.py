@@ -15,7 +15,7 @@ import time
 import pytest
 from kestreld_process import Conn, KestreldProcess
 
-from kestreld.client import AsyncClient, ItemState, NoServerAvailable
+from kestreld.client import AsyncClient, ConnectionFailed, ItemState, NoServerAvailable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -383,3 +383,17 @@ async def test_every_server_unreachable_raises_no_server_available(qname):
             await c.put(qname, b"x")
         with pytest.raises(NoServerAvailable):
             await c.get(qname, timeout=0.3)
+
+
+async def test_stats_and_flush_leave_a_server_marked_down_alone_until_its_retry_time(server, qname):
+    dead = dead_address()
+    async with AsyncClient([address(server), dead], down_period=30.0) as c:
+        assert set(await c.stats()) == {address(server)}  # the first call finds it dead
+        state = c.cluster.server(dead)
+        assert state.failures == 1
+        until = state.down_until
+        for _ in range(3):
+            assert set(await c.stats()) == {address(server)}
+            with pytest.raises(ConnectionFailed, match="marked down"):
+                await c.flush(qname)
+        assert state.failures == 1 and state.down_until == until  # back-off not raised

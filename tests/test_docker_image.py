@@ -47,7 +47,8 @@ class Instruction:
 
 
 def parse_dockerfile(text: str) -> list[list[Instruction]]:
-    """Instructions grouped by build stage (one list per FROM)."""
+    """Instructions grouped by build stage (one list per FROM); ARGs before the first FROM are dropped
+    (see :func:`global_args`)."""
     stages: list[list[Instruction]] = []
     logical = ""
     for raw in text.splitlines():
@@ -65,8 +66,22 @@ def parse_dockerfile(text: str) -> list[list[Instruction]]:
         instruction = Instruction(keyword.upper(), args.strip())
         if instruction.keyword == "FROM":
             stages.append([])
-        stages[-1].append(instruction)
+        if stages:
+            stages[-1].append(instruction)
     return stages
+
+
+def global_args(text: str) -> dict[str, str]:
+    """``ARG NAME=default`` lines before the first FROM (what ``${NAME}`` in FROM means)."""
+    out = {}
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] == ["FROM"]:
+            break
+        if words[:1] == ["ARG"]:
+            name, _, default = words[1].partition("=")
+            out[name] = default
+    return out
 
 
 def exec_form(args: str) -> list[str]:
@@ -144,8 +159,12 @@ def config_path_of(command: list[str]) -> str:
 
 
 def test_image_is_slim_python_3_11_or_newer(stages):
+    defaults = global_args(DOCKERFILE.read_text())
+    assert set(defaults) == {"BASE"}  # --build-arg BASE=... swaps the base of both stages
     for stage in stages:
         base = stage[0].args.split()[0]
+        assert base == "${BASE}"
+        base = defaults["BASE"]
         m = re.fullmatch(r"python:3\.(\d+)-slim(-\w+)?", base)
         assert m and int(m.group(1)) >= 11, base
 

@@ -10,6 +10,7 @@ import gzip
 import json
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -20,15 +21,15 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from kestreld.stats.collector import GLOBAL_METRICS
+from kestreld.stats.collector import GLOBAL_METRICS, PROCESS_DUPLICATES
 from kestreld.stats.latency import LatencyHistogram
 
 METRICS_CONFIG = "metrics_port = 0\n"
 
 
 def metrics_url(proc: KestreldProcess, path: str = "/metrics") -> str:
-    """The endpoint's URL, from the ``metrics_listening`` event (port 0 = any free port)."""
-    (event,) = proc.events("metrics_listening")
+    """The endpoint's URL, from the last ``metrics_listening`` event (port 0 = any free port)."""
+    event = proc.events("metrics_listening")[-1]
     return f"http://{event['address']}{path}"
 
 
@@ -113,8 +114,16 @@ def test_per_queue_figures_are_labelled_with_the_queue_name(metrics_server):
     c.close()
     assert value(samples, "kestreld_queue_items", queue="metrics_orders") == 4
     assert value(samples, "kestreld_queue_items", queue="metrics_invoices") == 1
-    assert value(samples, "kestreld_queue_items", queue="metrics_orders+audit") == 3
-    assert value(samples, "kestreld_queue_open_transactions", queue="metrics_orders+audit") == 1
+    # the reader has its own families and labels: summing queue items counts each once
+    audit = {"queue": "metrics_orders", "reader": "audit"}
+    assert value(samples, "kestreld_reader_items", **audit) == 3
+    assert value(samples, "kestreld_reader_open_transactions", **audit) == 1
+    assert value(samples, "kestreld_reader_items_added_total", **audit) == 4
+    assert not any("+" in dict(labels).get("queue", "") for f in samples.values() for labels in f)
+    queue_items = {
+        dict(labels)["queue"]: v for labels, v in samples["kestreld_queue_items"].items()
+    }
+    assert queue_items["metrics_orders"] == 4 and "metrics_orders+audit" not in queue_items
     assert value(samples, "kestreld_queue_children", queue="metrics_orders") == 1
     assert value(samples, "kestreld_queue_items_added_total", queue="metrics_orders") == 4
     assert value(samples, "kestreld_queue_journal_bytes", queue="metrics_orders") == float(
@@ -133,15 +142,66 @@ def test_every_stats_key_has_a_metric(metrics_server):
     samples = scrape(metrics_server)
     per_queue = [k for k in stats if k.startswith("queue_metrics_every_")]
     labelled = [name for name, values in samples.items() if (("queue", "metrics_every"),) in values]
-    assert len(labelled) == len(per_queue) == 16
+    assert len(labelled) == len(per_queue) == 17
     for key in stats:
         if key.startswith("queue_") and key not in GLOBAL_METRICS:
+            continue
+        if key in PROCESS_DUPLICATES:  # the process collector has them
+            assert f"kestreld_{key}_seconds" not in samples
             continue
         if key == "version":
             assert "kestreld_build_info" in samples
             continue
         spec = GLOBAL_METRICS[key]
         assert spec.name + ("_total" if spec.kind == "counter" else "") in samples, key
+
+
+def test_no_series_duplicates_the_process_collector(metrics_server):
+    samples = scrape(metrics_server)
+    assert "process_start_time_seconds" in samples
+    assert "kestreld_uptime_seconds" not in samples and "kestreld_time_seconds" not in samples
+    assert PROCESS_DUPLICATES == {"uptime", "time"}
+
+
+def test_the_oldest_item_age_keeps_growing_while_nobody_consumes(make_server):
+    proc = make_server(METRICS_CONFIG)
+    c = Conn(proc.connect())
+    assert c.get("aging+audit") is None  # a fanout reader
+    assert c.set("aging", "first") == b"STORED"
+    assert c.set("aging", "second") == b"STORED"
+    assert c.get("aging") == b"first"  # the queue's own reader consumed one
+    time.sleep(1.2)
+    first = scrape(proc)
+    time.sleep(1.0)
+    second = scrape(proc)
+    stats = c.stats()
+    c.close()
+    queue, reader = {"queue": "aging"}, {"queue": "aging", "reader": "audit"}
+    frozen = value(first, "kestreld_queue_age_seconds", **queue)
+    assert frozen == value(second, "kestreld_queue_age_seconds", **queue)  # the old figure
+    grew = value(second, "kestreld_queue_oldest_item_age_seconds", **queue) - value(
+        first, "kestreld_queue_oldest_item_age_seconds", **queue
+    )
+    assert 0.7 < grew < 3.0
+    assert value(first, "kestreld_queue_oldest_item_age_seconds", **queue) >= 1.0
+    assert value(second, "kestreld_reader_oldest_item_age_seconds", **reader) >= 2.0
+    assert int(stats["queue_aging_oldest_item_age"]) >= 2000  # the stats command says it too
+    assert int(stats["queue_aging+audit_oldest_item_age"]) >= 2000
+
+
+def test_the_oldest_item_age_is_0_for_an_empty_queue_and_survives_a_restart(make_server):
+    proc = make_server(METRICS_CONFIG)
+    c = Conn(proc.connect())
+    assert c.set("ages", "x") == b"STORED"
+    assert c.get("ages") == b"x"
+    assert c.set("kept", "y") == b"STORED"
+    c.close()
+    samples = scrape(proc)
+    assert value(samples, "kestreld_queue_oldest_item_age_seconds", queue="ages") == 0
+    time.sleep(1.1)
+    proc.restart()
+    samples = scrape(proc)  # the head item is on disk after the restart: still counted
+    assert value(samples, "kestreld_queue_oldest_item_age_seconds", queue="kept") >= 1.0
 
 
 def test_latency_histograms_count_sets_hits_and_timeouts(make_server):

@@ -370,6 +370,26 @@ def test_ping_takes_address_and_port_from_a_config_file(make_server, tmp_path):
     assert ping("--config", str(config), "--port", "1").returncode == 1  # --port wins
 
 
+def test_ping_honours_the_servers_own_flags_given_with_its_config(make_server, tmp_path):
+    # The config names a port nothing listens on; the server runs with --port over it.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        unused = s.getsockname()[1]
+    proc = make_server(f'listen_address = "0.0.0.0"\nport = {unused}\n')
+    config = str(proc.config_path)
+    assert ping("--config", config, "--timeout", "2").returncode == 1  # the config alone
+    result = ping("--config", config, "--port", str(proc.port))
+    assert result.returncode == 0, result.stderr
+    # the server's whole command line after "kestreld" works as ping's arguments
+    server_flags = proc.command()[3:]
+    assert "--queue-path" in server_flags and "--log-format" in server_flags
+    server_flags[server_flags.index("--port") + 1] = str(proc.port)
+    result = ping(*server_flags, "--listen", "0.0.0.0")  # a wildcard means this machine
+    assert result.returncode == 0, result.stderr
+    result = ping("--config", config, "--listen", "127.0.0.1", "--port", str(proc.port))
+    assert result.returncode == 0, result.stderr
+
+
 # --- graceful shutdown --------------------------------------------------------------------
 
 

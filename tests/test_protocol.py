@@ -340,7 +340,7 @@ def test_stats_per_queue_keys_in_reference_order(conn, qname):
         == (
             "items bytes total_items logsize expired_items mem_items mem_bytes age discarded waiters "
             "open_transactions transactions canceled_transactions total_flushes journal_rewrites "
-            "journal_rotations"
+            "journal_rotations oldest_item_age"
         ).split()
     )
 

@@ -170,13 +170,13 @@ class AsyncClient(ClusterOperations[AsyncConnection]):
         return await self._drive(self._next_open(prev))
 
     async def _on_all(self, request: Request[T], *, require_all: bool = False) -> dict[str, T]:
-        states = self.cluster.everyone()
+        states, skipped = self.cluster.admin_targets()
         replies = await asyncio.gather(
             *(self._drive(self._call(state, request)) for state in states),
             return_exceptions=True,
         )
         results: dict[str, T] = {}
-        failed: list[str] = []
+        failed = [f"{s.address} (marked down)" for s in skipped]
         for state, reply in zip(states, replies, strict=True):
             if isinstance(reply, ConnectionFailed):
                 failed.append(state.address)

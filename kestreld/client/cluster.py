@@ -148,6 +148,19 @@ class Cluster:
         """Every server, up or down, in list order (for stats and admin commands)."""
         return list(self.servers)
 
+    def admin_targets(self) -> tuple[list[ServerState], list[ServerState]]:
+        """(servers to ask, servers skipped) for an operation on every server.
+
+        A server marked down is skipped until its retry time: asking it again
+        would fail again and double its back-off once per admin call.  When
+        every server is down, all of them are asked, as for reads and writes.
+        """
+        now = self.clock()
+        up = [s for s in self.servers if s.is_up(now)]
+        if not up:
+            return list(self.servers), []
+        return up, [s for s in self.servers if not s.is_up(now)]
+
     def mark_down(
         self, state: ServerState, error: BaseException | str, started: float | None = None
     ) -> None:

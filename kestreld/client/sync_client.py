@@ -159,7 +159,7 @@ class Client(ClusterOperations[Connection]):
         """Drop every item of ``queue`` on every server (open reads stay open).
 
         Raises :class:`ConnectionFailed` naming the servers it could not
-        reach, after flushing the others.
+        reach (or skipped because they are marked down), after flushing the others.
         """
         check_queue_name(queue)
         self._on_all(methodcaller("command", f"flush {queue}"), require_all=True)
@@ -174,7 +174,10 @@ class Client(ClusterOperations[Connection]):
         self._on_all(methodcaller("command", f"delete {queue}"), require_all=True)
 
     def stats(self) -> dict[str, ServerStats]:
-        """``host:port`` -> parsed stats, for every server that answered."""
+        """``host:port`` -> parsed stats, for every server that answered.
+
+        Servers marked down are not asked until their retry time (unless all are).
+        """
         raw = self._on_all(methodcaller("stats"))
         return {address: parse_stats(address, *replies) for address, replies in raw.items()}
 
@@ -235,8 +238,9 @@ class Client(ClusterOperations[Connection]):
         self, request: Callable[[Connection], T], *, require_all: bool = False
     ) -> dict[str, T]:
         results: dict[str, T] = {}
-        failed: list[str] = []
-        for state in self.cluster.everyone():
+        targets, skipped = self.cluster.admin_targets()
+        failed = [f"{s.address} (marked down)" for s in skipped]
+        for state in targets:
             try:
                 results[state.address] = self._drive(self._call(state, request))
             except ConnectionFailed:

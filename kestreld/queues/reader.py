@@ -234,6 +234,17 @@ class Reader:
             self.mem_bytes += len(item.data)
         return item
 
+    def oldest_add_time(self) -> int | None:
+        """``add_time`` (ms) of the item at the head, the oldest waiting; None when empty.
+
+        Open reads are not waiting and do not count.  After a restart the head
+        may still be on disk: it is loaded as the next take would load it.
+        """
+        items = self.memory.items
+        if not items and self.rb is not None:
+            self._refill()
+        return items[0].add_time if items else None
+
     def wait(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> asyncio.Future:
         return self.memory.wait(loop, timeout)
 

@@ -3,10 +3,14 @@
 Values come from the same functions as the ``stats`` command
 (:func:`global_stats`, :func:`queue_stats`), read when scraped, so the two
 always agree.  Each stats key maps to one metric: counters end in ``_total``,
-per-queue metrics carry ``queue="<name>"`` (fanout readers as ``q+r``), times
-are in seconds.  A stats key without an entry in the tables below is still
-exported, as a gauge named after it, so nothing the ``stats`` command shows is
-missing here.
+times are in seconds.  Per-queue metrics (``kestreld_queue_*``) carry
+``queue="<name>"``; a fanout reader ``q+r`` has its own families
+(``kestreld_reader_*``) labelled ``queue="q", reader="r"``, so that
+``sum(kestreld_queue_items)`` counts each item once, not once per reader.
+A stats key without an entry in the tables below is still exported, as a
+gauge named after it, so nothing the ``stats`` command shows is missing here,
+except ``uptime`` and ``time``: the process collector's
+``process_start_time_seconds`` and the scrape's own timestamp say the same.
 
 A :class:`StatsSnapshot` is taken on the event loop: it reads the queues and
 costs what the ``stats`` command costs.  Turning it into metric families and
@@ -42,10 +46,12 @@ class MetricSpec:
 
 _COUNTER, _GAUGE = "counter", "gauge"
 
+#: Server-wide ``stats`` keys left out: they duplicate the process collector's
+#: ``process_start_time_seconds`` (uptime) and the scrape timestamp (time).
+PROCESS_DUPLICATES = frozenset({"uptime", "time"})
+
 #: Server-wide ``stats`` keys (``version`` becomes ``kestreld_build_info``).
 GLOBAL_METRICS: dict[str, MetricSpec] = {
-    "uptime": MetricSpec("kestreld_uptime_seconds", _GAUGE, "Seconds since the server started."),
-    "time": MetricSpec("kestreld_time_seconds", _GAUGE, "The server's clock, Unix seconds."),
     "curr_items": MetricSpec("kestreld_items", _GAUGE, "Items in all queues, open reads excluded."),
     "total_items": MetricSpec(
         "kestreld_items_added", _COUNTER, "Items added to all queues and readers."
@@ -100,7 +106,8 @@ QUEUE_METRICS: dict[str, MetricSpec] = {
     "age": MetricSpec(
         "kestreld_queue_age_seconds",
         _GAUGE,
-        "How long the last item taken from the queue had waited in it.",
+        "How long the last item taken from the queue had waited in it (frozen while "
+        "nobody takes: alert on kestreld_queue_oldest_item_age_seconds instead).",
         scale=0.001,
     ),
     "discarded": MetricSpec(
@@ -124,7 +131,28 @@ QUEUE_METRICS: dict[str, MetricSpec] = {
         "kestreld_queue_journal_rotations", _COUNTER, "New journal segments started."
     ),
     "children": MetricSpec("kestreld_queue_children", _GAUGE, "Fanout readers of the queue."),
+    "oldest_item_age": MetricSpec(
+        "kestreld_queue_oldest_item_age_seconds",
+        _GAUGE,
+        "How long the oldest item still waiting has waited (0 when empty); "
+        "grows while consumers are stopped.",
+        scale=0.001,
+    ),
 }
+
+#: A fanout reader's families: the queue's, renamed, labelled queue and reader.
+_QUEUE_PREFIX, _READER_PREFIX = "kestreld_queue_", "kestreld_reader_"
+_QUEUE_LABELS, _READER_LABELS = ["queue"], ["queue", "reader"]
+
+
+def reader_spec(spec: MetricSpec) -> MetricSpec:
+    """The family of a per-queue metric for fanout readers (``kestreld_reader_*``)."""
+    return MetricSpec(
+        _READER_PREFIX + spec.name.removeprefix(_QUEUE_PREFIX),
+        spec.kind,
+        spec.help.replace("the queue", "the fanout reader"),
+        spec.scale,
+    )
 
 
 def _family(spec: MetricSpec, labels: list[str]) -> Metric:
@@ -175,27 +203,37 @@ class StatsCollector(Collector):
             status.add_metric([value.value], 1.0 if snapshot.status is value else 0.0)
         yield status
         for key, value in snapshot.server:
-            if key == "version":
+            if key == "version" or key in PROCESS_DUPLICATES:
                 continue
             spec = GLOBAL_METRICS.get(key) or MetricSpec(f"kestreld_{key}", _GAUGE, f"stats {key}")
             family = _family(spec, [])
             family.add_metric([], _number(value) * spec.scale)
             yield family
-        families: dict[str, Metric] = {}
-        specs: dict[str, MetricSpec] = {}
+        families: dict[tuple[bool, str], Metric] = {}  # (is a reader, stats key)
+        specs: dict[tuple[bool, str], MetricSpec] = {}
         for name, values in snapshot.queues:
+            queue, plus, reader = name.partition("+")
+            labels = [queue, reader] if plus else [name]
             for key, value in values.items():
                 if key == "children":  # stats names them ("audit,billing"); the gauge counts them
                     value = len(str(value).split(","))
-                family = families.get(key)
+                slot = (bool(plus), key)
+                family = families.get(slot)
                 if family is None:
                     spec = QUEUE_METRICS.get(key) or MetricSpec(
-                        f"kestreld_queue_{key}", _GAUGE, f"stats queue_<name>_{key}"
+                        f"{_QUEUE_PREFIX}{key}", _GAUGE, f"stats queue_<name>_{key}"
                     )
-                    family = families[key] = _family(spec, ["queue"])
-                    specs[key] = spec
-                family.add_metric([name], _number(value) * specs[key].scale)
-        for key, spec in QUEUE_METRICS.items():  # declared even with no queues, for dashboards
-            if key not in families:
-                yield _family(spec, ["queue"])
+                    if plus:
+                        spec = reader_spec(spec)
+                    family = families[slot] = _family(
+                        spec, _READER_LABELS if plus else _QUEUE_LABELS
+                    )
+                    specs[slot] = spec
+                family.add_metric(labels, _number(value) * specs[slot].scale)
+        # Declared even with no queues or readers, for dashboards.
+        for key, spec in QUEUE_METRICS.items():
+            if (False, key) not in families:
+                yield _family(spec, _QUEUE_LABELS)
+            if (True, key) not in families and key != "children":
+                yield _family(reader_spec(spec), _READER_LABELS)
         yield from families.values()

@@ -7,12 +7,14 @@ import time
 from dataclasses import dataclass, field
 
 from kestreld.queues.collection import QueueCollection
+from kestreld.queues.reader import Reader
 
 #: Per-queue keys, in the reference order.
 QUEUE_STAT_KEYS = (
     "items", "bytes", "total_items", "logsize", "expired_items", "mem_items", "mem_bytes",
     "age", "discarded", "waiters", "open_transactions", "transactions",
     "canceled_transactions", "total_flushes", "journal_rewrites", "journal_rotations",
+    "oldest_item_age",
 )  # fmt: skip
 
 
@@ -39,14 +41,27 @@ def _physical_memory() -> int:
 _MEMORY = _physical_memory()
 
 
+def _with_oldest_item_age(reader: Reader, now_ms: int) -> dict[str, int]:
+    """The reader's stats and ``oldest_item_age``: ms the head item has waited (0 when empty).
+
+    Unlike ``age`` (how long the last item *taken* had waited), it keeps
+    growing while nobody consumes: the figure to alert on.
+    """
+    added = reader.oldest_add_time()  # first: it may load the head from disk (mem_items)
+    values = reader.stats()
+    values["oldest_item_age"] = max(0, now_ms - added) if added is not None else 0
+    return values
+
+
 def queue_stats(queues: QueueCollection) -> list[tuple[str, dict[str, int]]]:
     """(name, stats) for every queue and fanout reader, sorted by name."""
+    now_ms = int(time.time() * 1000)
     out = []
     for qname in sorted(queues.queues):
         queue = queues.queues[qname]
         default = queue.readers.get("")
         if default is not None:
-            values = default.stats()
+            values = _with_oldest_item_age(default, now_ms)
         else:
             values = dict.fromkeys(QUEUE_STAT_KEYS, 0)
             values["logsize"] = queue.journal.total_size if queue.journal else 0
@@ -57,7 +72,7 @@ def queue_stats(queues: QueueCollection) -> list[tuple[str, dict[str, int]]]:
             values["children"] = ",".join(sorted(r.name for r in children))  # type: ignore[assignment]
         out.append((qname, values))
         for reader in sorted(children, key=lambda r: r.name):
-            out.append((reader.full_name, reader.stats()))
+            out.append((reader.full_name, _with_oldest_item_age(reader, now_ms)))
     return out
 
 

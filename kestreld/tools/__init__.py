@@ -1,1 +1,2 @@
-"""Offline programs that work on the queue folder or talk to a server: not the engine."""
+"""Operator tools run as ``kestreld`` sub-commands: offline programs on the queue folder,
+or clients of a running server. Not the engine."""

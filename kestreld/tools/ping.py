@@ -1,13 +1,15 @@
 """``kestreld ping``: ask a running server for its version (the container health check).
 
-    kestreld ping [--host H] [--port N] [--timeout S] [--config FILE]
+    kestreld ping [--host H | --listen ADDR] [--port N] [--timeout S] [--config FILE]
 
 Sends ``version`` and prints the version from the ``VERSION x.y.z`` reply.
 Exit status 0 when the server answered, 1 when it did not (refused, timed
 out, closed, or replied something else), 2 for bad arguments.  With
 ``--config`` the address and port come from that config file (a wildcard
 listen address means this machine), so the health check follows a mounted
-config; ``--host`` and ``--port`` still win.
+config; ``--host`` (or the server's own flag ``--listen``) and ``--port``
+still win, so a server started with ``--config F --port N`` is checked with
+``kestreld ping --config F --port N``.
 """
 
 from __future__ import annotations
@@ -61,7 +63,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="kestreld ping",
         description="Ask a kestreld server for its version: exit 0 when it answers, 1 when not.",
     )
-    p.add_argument("--host", help="server address (default 127.0.0.1, or the config's)")
+    p.add_argument(
+        "--host",
+        "--listen",
+        dest="host",
+        help="server address (default 127.0.0.1, or the config's); --listen as the server spells it",
+    )
     p.add_argument(
         "--port", type=int, help=f"server port (default {DEFAULT_PORT}, or the config's)"
     )
@@ -69,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=5.0, help="seconds to wait for the answer (default 5)"
     )
     p.add_argument("--config", help="take the address and port from this kestreld config file")
+    # The server's other flags are accepted and ignored, so that a health check
+    # can repeat the server's command line: kestreld ping <the server's flags>.
+    for flag in ("--queue-path", "--log-format", "--log-level"):
+        p.add_argument(flag, help=argparse.SUPPRESS)
     return p
 
 
@@ -85,7 +96,8 @@ def main(argv: list[str]) -> int:
             return 1
         host = _WILDCARDS.get(config.listen_address, config.listen_address)
         port = config.port
-    host = args.host if args.host is not None else host
+    if args.host is not None:
+        host = _WILDCARDS.get(args.host, args.host)
     port = args.port if args.port is not None else port
     try:
         version = ping(host, port, args.timeout)

@@ -1,0 +1,87 @@
+"""``kestreld --check-config FILE``: validate a config and print what the server would use.
+
+    kestreld --check-config FILE [--listen ADDR] [--port N] [--queue-path DIR] ...
+
+Reads FILE exactly as the server would (the same flags override it), then
+prints the effective settings: every server key, the defaults of every queue,
+and each ``[queues.X]`` table after inheritance, values in bytes and
+milliseconds as ``dump_config`` shows them.  Exit status 0 when the config is
+usable, 2 with the error on stderr when not, so a deploy can run it before a
+restart.  It starts nothing and touches no queue folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import sys
+from typing import Any
+
+from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
+from kestreld.config.model import SERVER_KEYS, render_value
+
+
+def effective_config(path: str, overrides: dict[str, Any]) -> ServerConfig:
+    """The config the server would run with; raises ConfigError."""
+    config = load_config(path)
+    return dataclasses.replace(config, **overrides) if overrides else config
+
+
+def render(config: ServerConfig) -> str:
+    """The effective settings as text, server keys first."""
+    lines = [f"# effective config of {config.source} (sizes in bytes, durations in ms)"]
+    lines.append("server {")
+    for key in SERVER_KEYS:
+        value = getattr(config, key)
+        if key == "metrics_address" and value is None and config.metrics_port is not None:
+            value = config.listen_address  # what the endpoint binds when unset
+        lines.append(f"  {key}={render_value(key, value)}")
+    lines.append("}")
+    lines.append("queue defaults {")
+    lines.extend("  " + line for line in dump_lines(config.default_queue))
+    lines.append("}")
+    for name in sorted(config.queues):
+        lines.append(f"queue '{name}' {{")
+        lines.extend("  " + line for line in dump_lines(config.queues[name]))
+        lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def warnings(config: ServerConfig) -> list[str]:
+    """Settings that work but that an operator should know about."""
+    out = []
+    if config.metrics_port is not None:
+        address = config.metrics_address or config.listen_address
+        if not _is_loopback(address):
+            out.append(
+                f"metrics listen on {address}:{config.metrics_port}, not loopback: "
+                "/metrics and /stats.json have no authentication; firewall that port"
+            )
+    if not _is_loopback(config.listen_address):
+        out.append(
+            f"the memcache protocol listens on {config.listen_address}:{config.port}: "
+            "it has no authentication; keep it on a private network behind a firewall"
+        )
+    return out
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def main(path: str, overrides: dict[str, Any]) -> int:
+    try:
+        config = effective_config(path, overrides)
+    except ConfigError as e:
+        print(f"kestreld: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(render(config))
+    for warning in warnings(config):
+        print(f"# warning: {warning}")
+    print(f"# {path}: OK")
+    return 0

@@ -1,0 +1,92 @@
+"""``kestreld --check-config FILE``: validate, print the effective config, exit 0 or 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kestreld", "--check-config", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def sections(text: str) -> dict[str, dict[str, str]]:
+    """``name { key=value ... }`` blocks of the output."""
+    out: dict[str, dict[str, str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.endswith("{"):
+            current = out[line[:-1].strip()] = {}
+        elif line == "}":
+            current = None
+        elif current is not None:
+            key, _, value = line.strip().partition("=")
+            current[key] = value
+    return out
+
+
+def test_the_production_config_is_valid_and_every_setting_is_shown():
+    result = check(str(ROOT / "config" / "production.conf"))
+    assert result.returncode == 0, result.stderr
+    found = sections(result.stdout)
+    server = found["server"]
+    assert server["listen_address"] == "0.0.0.0"
+    assert server["port"] == "22133"
+    assert server["queue_path"] == "/var/spool/kestrel"
+    assert server["metrics_port"] == "9090"
+    assert server["metrics_address"] == "0.0.0.0"  # unset: the listen address
+    assert server["checkpoint_interval"] == "1000"  # "1s" in ms
+    assert found["queue defaults"]["sync_journal"] == "100"
+    assert found["queue defaults"]["max_journal_size"] == str(16 * 1024 * 1024)
+    assert result.stdout.rstrip().endswith("OK")
+    assert "no authentication" in result.stdout  # it warns about the open ports
+
+
+def test_flags_override_the_file_as_they_would_for_the_server(tmp_path):
+    config = tmp_path / "k.conf"
+    config.write_text(
+        'port = 22133\nmax_items = 10\n[queues.jobs]\nmax_age = "30s"\n'
+        '[queues."jobs+audit"]\nmax_memory_size = "1MiB"\n'
+    )
+    result = check(str(config), "--port", "23000", "--queue-path", str(tmp_path / "q"))
+    assert result.returncode == 0, result.stderr
+    found = sections(result.stdout)
+    assert found["server"]["port"] == "23000"
+    assert found["server"]["queue_path"] == str(tmp_path / "q")
+    assert found["server"]["listen_address"] == "127.0.0.1"
+    assert "no authentication" not in result.stdout  # loopback only: nothing to warn about
+    assert found["queue 'jobs'"]["max_age"] == "30000"
+    assert found["queue 'jobs'"]["max_items"] == "10"  # inherited from the defaults
+    assert found["queue 'jobs+audit'"]["max_age"] == "30000"  # inherited from jobs
+    assert found["queue 'jobs+audit'"]["max_memory_size"] == str(1024 * 1024)
+    assert not (tmp_path / "q").exists()  # checking starts nothing
+
+
+def test_a_bad_value_exits_2_naming_the_file_and_key(tmp_path):
+    config = tmp_path / "bad.conf"
+    config.write_text('[queues.jobs]\nmax_age = "30 fortnights"\n')
+    result = check(str(config))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert str(config) in result.stderr and "queues.jobs.max_age" in result.stderr
+
+
+def test_an_unknown_key_broken_toml_and_a_missing_file_exit_2(tmp_path):
+    unknown = tmp_path / "unknown.conf"
+    unknown.write_text("max_itmes = 10\n")
+    result = check(str(unknown))
+    assert result.returncode == 2 and "max_itmes: unknown setting" in result.stderr
+    broken = tmp_path / "broken.conf"
+    broken.write_text("port = \n")
+    result = check(str(broken))
+    assert result.returncode == 2 and "not valid TOML" in result.stderr
+    result = check(str(tmp_path / "missing.conf"))
+    assert result.returncode == 2 and "does not exist" in result.stderr
