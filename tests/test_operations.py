@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
+from waiting import wait_until
 
 
 def status(c: Conn) -> bytes:
@@ -431,7 +432,10 @@ def test_sigterm_under_load_loses_no_acknowledged_item(make_server, config):
     consumers = [Consumer(proc) for _ in range(2)]
     for t in producers + consumers:
         t.start()
-    time.sleep(1.0)
+    wait_until(
+        lambda: sum(len(p.acked) for p in producers) > 200 and all(c.confirmed for c in consumers),
+        "producers and consumers under way",
+    )
     started = time.monotonic()
     assert proc.stop() == 0
     shutdown_seconds = time.monotonic() - started
