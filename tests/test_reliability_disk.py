@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
+from waiting import wait_checkpoint, wait_until
 
 from kestreld.journal import codec
 
@@ -181,7 +182,7 @@ def test_full_disk_recovers_by_itself_when_space_returns(tmpfs, servers):
 
 
 def test_full_disk_confirms_reach_the_checkpoint_once_space_returns(tmpfs, servers):
-    srv, _, ballast = _full_disk_server(tmpfs, servers)
+    srv, folder, ballast = _full_disk_server(tmpfs, servers)
     c = Conn(srv.connect())
     acked, _ = _fill_until_refused(c, "cp")
     # Fill the last bytes too, so even a checkpoint cannot be written.
@@ -191,10 +192,11 @@ def test_full_disk_confirms_reach_the_checkpoint_once_space_returns(tmpfs, serve
         except OSError:
             pass
     taken = _numbers([c.get("cp") for _ in range(10)])
-    time.sleep(0.5)
-    assert srv.events("checkpoint_failed"), "a checkpoint that cannot be written is reported"
+    wait_until(
+        lambda: srv.events("checkpoint_failed"), "a checkpoint that cannot be written is reported"
+    )
     ballast.unlink()
-    time.sleep(0.6)  # a few checkpoint intervals with space again
+    wait_checkpoint(folder, "cp", 10)  # written once there is space again
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert taken == acked[:10]
@@ -238,14 +240,13 @@ def test_read_only_folder_refuses_new_files_serves_reads_and_recovers(tmp_path, 
         assert reply.startswith(b"SERVER_ERROR") and b"Read-only file system" in reply, reply
         assert _numbers([c.get("ro") for _ in range(2)]) == acked[:2]
         assert c.stats()["curr_connections"] == "1"
-        time.sleep(0.3)
-        assert srv.events("checkpoint_failed")
+        wait_until(lambda: srv.events("checkpoint_failed"), "the failed checkpoint is reported")
         assert srv.proc.poll() is None
     finally:
         assert _mount(["umount", str(folder)]).returncode == 0
     _wait_stored(c, "ro", 100)
     assert c.set("newqueue", _item(1)) == b"STORED"
-    time.sleep(0.3)
+    wait_checkpoint(folder, "ro", 2)  # the two gets while read-only are durable now
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert _numbers(_drain(c, "ro")) == acked[2:] + [100]
@@ -305,11 +306,10 @@ def test_deleted_checkpoint_is_written_again(make_server):
     for i in range(5):
         c.set("cpdel", str(i))
     c.get("cpdel")
-    time.sleep(0.2)
+    wait_checkpoint(srv.queue_path, "cpdel", 1)
     (srv.queue_path / "cpdel.read.").unlink()
     c.get("cpdel")
-    time.sleep(0.3)
-    assert (srv.queue_path / "cpdel.read.").exists()
+    wait_checkpoint(srv.queue_path, "cpdel", 2)  # the file is there again
     srv.restart(crash=True)
     assert _drain(Conn(srv.connect()), "cpdel") == [b"2", b"3", b"4"]
 
@@ -360,13 +360,12 @@ def test_unwritable_folder_refuses_new_queues_and_checkpoints_clearly(nobody_dir
         assert reply.startswith(b"SERVER_ERROR") and b"Permission denied" in reply, reply
         assert c.set("perm", "5") == b"STORED", "the open segment is still writable"
         assert c.get("perm") == b"0"
-        time.sleep(0.3)
-        failed = srv.events("checkpoint_failed")
+        failed = wait_until(lambda: srv.events("checkpoint_failed"), "checkpoint_failed logged")
         assert failed and "Permission denied" in failed[0]["error"]
     finally:
         nobody_dir.chmod(0o755)
     assert _wait_stored(c, "brandnew", 0) < 5
-    time.sleep(0.3)
+    wait_checkpoint(nobody_dir, "perm", 1)
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert _drain(c, "perm") == [b"1", b"2", b"3", b"4", b"5"]
@@ -447,7 +446,6 @@ def test_failing_checkpoint_writes_leave_no_temporaries_behind(tmpfs, servers):
             pass
     for _ in range(5):
         c.get("tmpleft")
-        time.sleep(0.15)  # one failing checkpoint per interval
-    assert srv.events("checkpoint_failed")
+    wait_until(lambda: len(srv.events("checkpoint_failed")) >= 3, "several checkpoints failed")
     leftovers = [n for n in os.listdir(folder) if "~~" in n]
     assert leftovers == [], f"temporaries of failed checkpoints pile up: {leftovers}"
