@@ -120,6 +120,7 @@ class WriterJournal:
         self._dir_dirty = False
         self._syncing = False
         self._sync_timer: asyncio.TimerHandle | None = None
+        self._sync_again = False  # periodic: written during an fsync, which may not cover it
         self._failed_until = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._read_fds: dict[str, int] = {}
@@ -379,10 +380,17 @@ class WriterJournal:
             self._start_sync()
             return
         self._acknowledge(batch)
-        if self.sync_journal is not None and self._sync_timer is None and not self._syncing:
-            self._sync_timer = self._get_loop().call_later(
-                self.sync_journal / 1000, self._periodic_sync
-            )
+        if self.sync_journal is not None:
+            if self._syncing:
+                self._sync_again = True  # the timer is armed when that fsync is done
+            elif self._sync_timer is None:
+                self._arm_sync_timer()
+
+    def _arm_sync_timer(self) -> None:
+        assert self.sync_journal is not None
+        self._sync_timer = self._get_loop().call_later(
+            self.sync_journal / 1000, self._periodic_sync
+        )
 
     def _acknowledge(self, batch: Batch) -> None:
         """The batch is safe: readers may now read it, then its waiters learn so."""
@@ -434,6 +442,11 @@ class WriterJournal:
                 batch.resolve(error)
         if self._unsynced or (self.sync_journal == 0 and self._retired_fds):
             self._start_sync()
+        elif self._sync_again and self._sync_timer is None and not self.closed:
+            # Periodic: a write that came in during this fsync is synced a period later
+            # (without this it waited for the next write, maybe forever).
+            self._sync_again = False
+            self._arm_sync_timer()
 
     def _close_retired(self) -> None:
         for fd in self._retired_fds:
