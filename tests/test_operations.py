@@ -249,7 +249,7 @@ def test_idle_connection_is_closed_after_client_timeout(make_server):
     started = time.monotonic()
     assert c.closed(timeout=5)
     assert time.monotonic() - started >= 0.9
-    assert proc.events("idle_connection_closed")
+    wait_until(lambda: proc.events("idle_connection_closed"), "idle_connection_closed logged")
 
 
 def test_a_connection_that_keeps_sending_is_not_idle(make_server):

@@ -178,7 +178,7 @@ def test_full_disk_recovers_by_itself_when_space_returns(tmpfs, servers):
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert _numbers(_drain(c, "heal")) == acked + [5000] + list(range(5001, 5021))
-    assert srv.events("journal_write_failed"), "the failure was logged"
+    wait_until(lambda: srv.events("journal_write_failed"), "the failure was logged")
 
 
 def test_full_disk_confirms_reach_the_checkpoint_once_space_returns(tmpfs, servers):
