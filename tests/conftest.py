@@ -4,6 +4,11 @@
 - ``make_server``: a factory for servers with their own folder and config,
   stopped at the end of the test: ``make_server(config="max_items = 3")``.
 - ``conn``: a raw protocol connection to ``server``.
+
+Strict mode (``KESTRELD_TEST_STRICT=1``, set by ``.ci/run``): every skip is a
+failure.  The suite skips only when the machine lacks something (Java, root or
+mount rights, memcached, file descriptors, ...); CI provides all of it, so a
+skip there means a test that silently proved nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,31 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 from kestreld_process import Conn, KestreldProcess  # noqa: E402
 
 _names = itertools.count()
+
+STRICT = os.environ.get("KESTRELD_TEST_STRICT", "") not in ("", "0")
+
+
+def _fail_skip_when_strict(report) -> None:
+    """Under strict mode, turn a skip (not an xfail) into a failure that says why."""
+    if not (STRICT and report.skipped and not hasattr(report, "wasxfail")):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped under KESTRELD_TEST_STRICT=1 (CI must provide what this test needs): {reason}"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_skip_when_strict(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_skip_when_strict(outcome.get_result())
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from kestreld_process import Conn
+from waiting import wait_until
 
 from kestreld.config import ConfigError, build_config, load_config, parse_duration, parse_size
 
@@ -130,7 +131,7 @@ def test_reload_changes_queue_settings_live(make_server):
     lines = c.until_end()
     assert b"  max_items=5" in lines
     assert b"  max_age=3600000" in lines
-    assert srv.events("config_reloaded")
+    wait_until(lambda: srv.events("config_reloaded"), "config_reloaded logged")
 
 
 def test_reload_with_a_bad_file_keeps_the_old_config(make_server):

@@ -1,17 +1,22 @@
 """Per-connection state stays bounded over a long-lived connection.
 
-An in-process server (started on a loopback port like any other) whose
-connections are driven through in-memory transports, so the test can look at
-a connection's own bookkeeping after thousands of requests.
+An in-process server (started on a loopback port like any other).  Most tests
+drive a connection through an in-memory transport, so they can look at its own
+bookkeeping after thousands of requests; that transport never pushes back, so
+flow control is tested through a real loopback socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+import time
 
 import pytest
 from memory_transport import MemoryTransport
 
+from kestreld.protocol import connection as connection_module
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config
 
@@ -52,3 +57,62 @@ async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(connected):
     await _tick()
     assert bytes(transport.data) == b"STORED\r\nSTORED\r\nVALUE p 0 1\r\nx\r\nEND\r\n"
     assert conn.unacked == [] and not conn.held
+
+
+async def _until(condition, what: str, seconds: float = 30.0) -> None:
+    """Let the server's loop run until ``condition()`` holds (fails after ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds}s: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_client_that_does_not_read_is_paused_on_a_real_socket(tmp_path):
+    """Replies back up -> the server stops writing, then stops reading; both resume."""
+    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
+    server = Server(config)
+    await server.start()
+    try:
+        item = b"i" * 16384
+        # Each request is a line padded to 8000 bytes with spaces (legal): 8 MB of requests
+        # asking for 16 MB of replies, far more than the socket buffers hold.
+        request = b"get big/peek" + b" " * 7986 + b"\r\n"
+        count = 1000
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        set_big = b"set big 0 0 %d\r\n%s\r\n" % (len(item), item)
+        sock.sendall(set_big)
+        await _until(lambda: len(server.connections) == 1, "the connection is accepted")
+        conn = next(iter(server.connections))
+        sender = threading.Thread(target=sock.sendall, args=(request * count,), daemon=True)
+        sender.start()
+        await _until(lambda: conn.write_paused, "writing paused (the client reads nothing)")
+        await _until(lambda: conn.read_paused, "reading paused (input backs up)")
+        for _ in range(30):  # a pause that does nothing would read on meanwhile
+            await asyncio.sleep(0.01)
+        assert conn.read_paused and conn.write_paused
+        assert len(conn.buf) <= connection_module.INPUT_PAUSE_LIMIT + 512 * 1024
+        assert conn.transport.get_write_buffer_size() <= 1024 * 1024
+        assert conn.stats.bytes_read < len(request) * count
+
+        # Now the client reads: every reply arrives, whole and in order, and both resume.
+        expected = (
+            b"STORED\r\n" + b"VALUE big/peek 0 %d\r\n%s\r\nEND\r\n" % (len(item), item) * count
+        )
+        received = bytearray()
+
+        def read_all() -> None:
+            sock.settimeout(60)
+            while len(received) < len(expected):
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                received.extend(chunk)
+
+        await asyncio.get_running_loop().run_in_executor(None, read_all)
+        sender.join(10)
+        assert received == expected
+        await _until(lambda: not conn.read_paused and not conn.write_paused, "resumed")
+        assert conn.stats.bytes_read == len(request) * count + len(set_big)
+        sock.close()
+    finally:
+        await server.stop()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
+from waiting import wait_until
 
 
 def status(c: Conn) -> bytes:
@@ -248,7 +249,7 @@ def test_idle_connection_is_closed_after_client_timeout(make_server):
     started = time.monotonic()
     assert c.closed(timeout=5)
     assert time.monotonic() - started >= 0.9
-    assert proc.events("idle_connection_closed")
+    wait_until(lambda: proc.events("idle_connection_closed"), "idle_connection_closed logged")
 
 
 def test_a_connection_that_keeps_sending_is_not_idle(make_server):
@@ -423,13 +424,17 @@ class Consumer(threading.Thread):
         self.conn = Conn(proc.connect())
         self.received: list[str] = []
         self.confirmed: list[str] = []  # closed, and the close was answered
+        self.error: str | None = None  # anything but the server closing the connection
 
     def run(self) -> None:
         open_item = None
         for _ in range(100_000):
             try:
                 item = self.conn.get("load/close/open/t=50")
-            except (OSError, AssertionError):
+            except OSError:
+                return  # the server went away: the end of the run
+            except AssertionError as e:  # an unexpected reply is a failure, not an end
+                self.error = str(e)
                 return
             if open_item is not None:
                 self.confirmed.append(open_item)
@@ -447,7 +452,10 @@ def test_sigterm_under_load_loses_no_acknowledged_item(make_server, config):
     consumers = [Consumer(proc) for _ in range(2)]
     for t in producers + consumers:
         t.start()
-    time.sleep(1.0)
+    wait_until(
+        lambda: sum(len(p.acked) for p in producers) > 200 and all(c.confirmed for c in consumers),
+        "producers and consumers under way",
+    )
     started = time.monotonic()
     assert proc.stop() == 0
     shutdown_seconds = time.monotonic() - started
@@ -467,6 +475,8 @@ def test_sigterm_under_load_loses_no_acknowledged_item(make_server, config):
     received = {i for c in consumers for i in c.received}
     confirmed = {i for c in consumers for i in c.confirmed}
     assert len(acked) > 100, "no load"
+    assert [c.error for c in consumers] == [None, None]
+    assert all(c.confirmed for c in consumers), "a consumer confirmed nothing: nothing was tested"
     assert not acked - received - set(drained), "acknowledged items lost"
     assert len(drained) == len(set(drained)), "items duplicated"
     assert not confirmed & set(drained), "confirmed items came back"

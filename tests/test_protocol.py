@@ -153,21 +153,41 @@ def test_flush_all_replies_flushed_all_queues(conn, qname):
     assert conn.get(qname) is None
 
 
-def test_flush_expired_counts_discarded_items(conn, qname):
-    now = int(time.time())
-    conn.set(qname, "old", exptime=now - 10)  # absolute time in the past
-    conn.set(qname, "new")
-    conn.send(f"flush_expired {qname}\r\nflush_expired {qname}_missing\r\n")
-    # the expired item may already be counted at put time (it expired on arrival)
-    first = int(conn.line())
-    assert first in (0, 1)
-    assert conn.line() == b"0"
-    assert conn.get(qname) == b"new"
+def _set_expiring(conn: Conn, queue: str, count: int) -> float:
+    """Sets ``count`` items that expire 1 s after they arrive; returns when all have expired."""
+    for i in range(count):
+        assert conn.set(queue, f"old{i}", exptime=1) == b"STORED"  # relative: 1 s
+    return time.time() + 1.05
 
 
-def test_flush_all_expired_replies_total(conn, qname):
-    conn.send("flush_all_expired\r\n")
-    assert conn.line().isdigit()
+def _wait_until(moment: float) -> None:
+    while (left := moment - time.time()) > 0:
+        time.sleep(left)
+
+
+def test_flush_expired_counts_discarded_items(make_server):
+    # No background sweep: flush_expired is the only thing that discards, so the count is
+    # exact.  (An item already expired when it arrives is dropped at once, never counted here.)
+    conn = Conn(make_server("expiration_timer_frequency = 0\n").connect())
+    expired_at = _set_expiring(conn, "fe", 2)
+    conn.set("fe", "new")
+    _wait_until(expired_at)
+    conn.send("flush_expired fe\r\nflush_expired fe_missing\r\nflush_expired fe\r\n")
+    assert [conn.line() for _ in range(3)] == [b"2", b"0", b"0"]
+    assert conn.get("fe") == b"new"
+    assert conn.get("fe") is None
+
+
+def test_flush_all_expired_replies_total(make_server):
+    conn = Conn(make_server("expiration_timer_frequency = 0\n").connect())
+    expired_at = 0.0
+    for queue, expired in (("fa", 2), ("fb", 1), ("fc", 0)):
+        expired_at = max(expired_at, _set_expiring(conn, queue, expired))
+        conn.set(queue, "new")
+    _wait_until(expired_at)
+    conn.send("flush_all_expired\r\nflush_all_expired\r\n")
+    assert [conn.line(), conn.line()] == [b"3", b"0"]
+    assert [conn.get(q) for q in ("fa", "fb", "fc")] == [b"new"] * 3
 
 
 def test_version_has_major_at_least_one(conn):
@@ -252,19 +272,41 @@ def test_set_over_max_item_size_is_not_stored_and_stream_stays_in_step(make_serv
     assert c.get("big") == b"ok"
 
 
+def _peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory (VmHWM): a buffered block shows even once freed."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
 def test_huge_declared_size_is_discarded_as_it_arrives(make_server):
     srv = make_server("max_item_size = 1024\n")
     c = Conn(srv.connect())
-    c.send(b"set q 0 0 50000000\r\n")
+    assert c.set("q", "warm") == b"STORED"
+    before = _peak_rss_mib(srv.pid)
+    size = 50_000_000
+    c.send(f"set q 0 0 {size}\r\n".encode())
     assert c.line() == b"NOT_STORED"  # answered at once, from the line alone
     chunk = b"y" * 65536
-    for _ in range(100):  # 6.5 MB of a 50 MB block: none of it is buffered
+    sent = 0
+    while sent < size // 2:
         c.send(chunk)
+        sent += len(chunk)
     c.send("version\r\n")  # still inside the data block: it is payload, not a command
+    sent += len("version\r\n")
     c.sock.settimeout(0.3)
     with pytest.raises((TimeoutError, socket.timeout)):
         c.line()
-    c.sock.settimeout(10)
+    c.sock.settimeout(30)
+    while sent < size:
+        part = chunk[: size - sent]
+        c.send(part)
+        sent += len(part)
+    c.send(b"\r\nversion\r\n")
+    assert c.line().startswith(b"VERSION ")  # the block ended exactly where it said
+    grown = _peak_rss_mib(srv.pid) - before
+    assert grown < 16, f"peak memory grew {grown:.0f} MiB for a 48 MiB block that was dropped"
+    assert c.get("q") == b"warm"
+    assert c.get("q") is None
 
 
 def test_set_to_fanout_reader_is_client_error(conn, qname):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
+from waiting import wait_checkpoint, wait_until
 
 from kestreld.journal import codec
 
@@ -212,7 +213,7 @@ def test_full_disk_recovers_by_itself_when_space_returns(tmpfs, servers):
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert _numbers(_drain(c, "heal")) == acked + [5000] + list(range(5001, 5021))
-    assert srv.events("journal_write_failed"), "the failure was logged"
+    wait_until(lambda: srv.events("journal_write_failed"), "the failure was logged")
 
 
 def test_full_disk_confirms_refused_then_durable_once_space_returns(tmpfs, servers):
@@ -227,7 +228,9 @@ def test_full_disk_confirms_refused_then_durable_once_space_returns(tmpfs, serve
             pass
     replies = [_get_or_refused(c, "cp") for _ in range(5)]
     assert all(r.startswith(b"SERVER_ERROR") for r in replies), replies
-    assert srv.events("progress_write_failed"), "a confirm that cannot be written is reported"
+    wait_until(
+        lambda: srv.events("progress_write_failed"), "a confirm that cannot be written is reported"
+    )
     ballast.unlink()
     taken = _numbers([c.get("cp") for _ in range(10)])
     srv.restart(crash=True)  # no rewrite ran: the appended confirms alone must hold
@@ -278,14 +281,12 @@ def test_read_only_folder_refuses_new_files_serves_reads_and_recovers(tmp_path, 
         assert all(b"Read-only file system" in g for g in got if g not in delivered), got
         assert _numbers(delivered) == acked[: len(delivered)]
         assert c.stats()["curr_connections"] == "1"
-        time.sleep(0.3)
-        assert srv.events("checkpoint_failed")
+        wait_until(lambda: srv.events("checkpoint_failed"), "the failed checkpoint is reported")
         assert srv.proc.poll() is None
     finally:
         assert _mount(["umount", str(folder)]).returncode == 0
     _wait_stored(c, "ro", 100)
     assert c.set("newqueue", _item(1)) == b"STORED"
-    time.sleep(0.3)
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert _numbers(_drain(c, "ro")) == acked[len(delivered) :] + [100]
@@ -345,11 +346,10 @@ def test_deleted_checkpoint_is_written_again(make_server):
     for i in range(5):
         c.set("cpdel", str(i))
     c.get("cpdel")
-    time.sleep(0.2)
+    wait_checkpoint(srv.queue_path, "cpdel", 1)
     (srv.queue_path / "cpdel.read.").unlink()
     c.get("cpdel")
-    time.sleep(0.3)
-    assert (srv.queue_path / "cpdel.read.").exists()
+    wait_checkpoint(srv.queue_path, "cpdel", 2)  # the file is there again
     srv.restart(crash=True)
     assert _drain(Conn(srv.connect()), "cpdel") == [b"2", b"3", b"4"]
 
@@ -401,13 +401,12 @@ def test_unwritable_folder_refuses_new_queues_and_checkpoints_clearly(nobody_dir
         assert reply.startswith(b"SERVER_ERROR") and b"Permission denied" in reply, reply
         assert c.set("perm", "5") == b"STORED", "the open segment is still writable"
         assert c.get("perm") == b"0"
-        time.sleep(0.3)
-        failed = srv.events("checkpoint_failed")
+        failed = wait_until(lambda: srv.events("checkpoint_failed"), "checkpoint_failed logged")
         assert failed and "Permission denied" in failed[0]["error"]
     finally:
         nobody_dir.chmod(0o755)
     assert _wait_stored(c, "brandnew", 0) < 5
-    time.sleep(0.3)
+    wait_checkpoint(nobody_dir, "perm", 1)
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert _drain(c, "perm") == [b"1", b"2", b"3", b"4", b"5"]
@@ -488,7 +487,6 @@ def test_failing_checkpoint_writes_leave_no_temporaries_behind(tmpfs, servers):
             pass
     for _ in range(5):
         _get_or_refused(c, "tmpleft")  # refused (disk full): the rewrite is retried
-        time.sleep(0.15)  # one failing checkpoint per interval
-    assert srv.events("checkpoint_failed")
+    wait_until(lambda: srv.events("checkpoint_failed"), "the failing rewrite is reported")
     leftovers = [n for n in os.listdir(folder) if "~~" in n]
     assert leftovers == [], f"temporaries of failed checkpoints pile up: {leftovers}"

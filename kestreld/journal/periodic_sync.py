@@ -60,6 +60,7 @@ class PeriodicSync:
         self._dir_dirty = False
         self._syncing = False
         self._timer: asyncio.TimerHandle | None = None
+        self._sync_again = False  # periodic: written during an fsync, which may not cover it
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- what the journal reports -------------------------------------------------------
@@ -74,8 +75,15 @@ class PeriodicSync:
             return
         for batch in batches:
             self._acknowledge(batch)
-        if self.sync_journal is not None and self._timer is None and not self._syncing:
-            self._timer = self._get_loop().call_later(self.sync_journal / 1000, self._periodic)
+        if self.sync_journal is not None:
+            if self._syncing:
+                self._sync_again = True  # the timer is armed when that fsync is done
+            elif self._timer is None:
+                self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        assert self.sync_journal is not None
+        self._timer = self._get_loop().call_later(self.sync_journal / 1000, self._periodic)
 
     def wrote_to(self, fd: int) -> None:
         """A progress file was appended to: the next fsync covers it."""
@@ -163,6 +171,11 @@ class PeriodicSync:
                 batch.resolve(error)
         if self._unsynced or (self.sync_journal == 0 and self._retired_fds):
             self._start()
+        elif self._sync_again and self._timer is None and self.sync_journal:
+            # Periodic: a write that came in during this fsync is synced a period later
+            # (without this it waited for the next write, maybe forever).
+            self._sync_again = False
+            self._arm_timer()
 
     def sync_now(self, written: list[Batch]) -> None:
         """Fsync everything on the calling thread, then acknowledge it all (shutdown)."""
@@ -181,6 +194,7 @@ class PeriodicSync:
                 batch.resolve(error)
 
     def close(self) -> None:
+        self._sync_again = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -1,0 +1,277 @@
+"""When the journal is fsynced, and what a failing fsync does.
+
+- ``sync_journal = "100ms"`` (what ``config/production.conf`` ships): the
+  server is run under ``strace`` and its fsyncs are counted: they come at
+  most once a period while puts stream in, on a thread of their own (never
+  on the event loop, never one per put), the last write is covered by one,
+  and an idle server does none.
+- A failing fsync is real: the queue folder is on an ext4 file system whose
+  block device (a loop device) lives in a small tmpfs that the test fills, a
+  thin-provisioned disk run out of space.  Writes still land in the page
+  cache; the fsync fails with ENOSPC.  Needs root (mount, losetup).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kestreld_process import Conn, KestreldProcess
+from waiting import wait_until
+
+# --- sync_journal as a period --------------------------------------------------------------
+
+PERIOD = 0.1  # sync_journal = "100ms"
+_CALL = re.compile(r"^(\d+) +(\d+\.\d+) (write|fsync|fdatasync)\((\d+)<([^>]*)>")
+
+
+class _TracedServer(KestreldProcess):
+    """kestreld under ``strace``: every fsync with its thread, time and file."""
+
+    def __init__(self, *args, trace: Path, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.trace = trace
+
+    def command(self) -> list[str]:
+        strace = [
+            "strace", "-f", "-qq", "--seccomp-bpf", "-ttt", "-y",
+            "-e", "trace=fsync,fdatasync,write", "-e", "signal=none", "-o", str(self.trace),
+        ]  # fmt: skip
+        return strace + super().command()
+
+    def server_pid(self) -> int:
+        """The kestreld process (strace's child): its main thread runs the event loop."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+            return int(f.read().split()[0])
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM to kestreld itself (strace would only detach), then strace ends with it."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.server_pid(), signal.SIGTERM)
+            self.proc.wait(timeout)
+        return super().stop(timeout)
+
+    def calls(self, segment_prefix: str, *names: str) -> list[tuple[int, float]]:
+        """(thread id, time) of each such call on a journal segment whose path starts so."""
+        out = []
+        for line in self.trace.read_text().splitlines():
+            m = _CALL.match(line)
+            if m and m.group(3) in names and m.group(5).startswith(segment_prefix):
+                out.append((int(m.group(1)), float(m.group(2))))
+        return out
+
+    def fsyncs(self, segment_prefix: str) -> list[tuple[int, float]]:
+        return self.calls(segment_prefix, "fsync", "fdatasync")
+
+
+@pytest.fixture
+def traced(tmp_path):
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    srv = _TracedServer(
+        tmp_path / "queues",
+        'sync_journal = "100ms"\ncheckpoint_interval = "1h"\n',
+        trace=tmp_path / "fsyncs.txt",
+    )
+    try:
+        srv.start()
+    except RuntimeError as e:
+        if "ptrace" in str(e) or "Operation not permitted" in str(e):
+            pytest.skip(f"strace cannot trace here: {e}")
+        raise
+    yield srv
+    srv.stop()
+
+
+def test_periodic_sync_fsyncs_once_a_period_off_the_event_loop(traced):
+    srv = traced
+    prefix = str(srv.queue_path / "sync.")
+    loop_thread = srv.server_pid()
+    stop = threading.Event()
+    stored: list[float] = []  # when each STORED arrived
+
+    def produce() -> None:
+        c = Conn(srv.connect())
+        i = 0
+        while not stop.is_set():
+            assert c.set("sync", f"item{i}") == b"STORED"
+            stored.append(time.time())
+            i += 1
+        c.close()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        wait_until(lambda: len(srv.fsyncs(prefix)) >= 8, "eight periodic fsyncs")
+    finally:
+        stop.set()
+        producer.join(30)
+    last_write = srv.calls(prefix, "write")[-1][1]
+    # The last write is covered by an fsync within about a period, then nothing more.
+    wait_until(
+        lambda: any(t > last_write for _, t in srv.fsyncs(prefix)), "an fsync after the last write"
+    )
+    time.sleep(5 * PERIOD)  # idle: a periodic sync with nothing to sync would show here
+    fsyncs = srv.fsyncs(prefix)
+    first_put = stored[0]
+
+    assert [tid for tid, _ in fsyncs if tid == loop_thread] == [], "an fsync on the event loop"
+    assert len([t for _, t in fsyncs if t > last_write]) == 1, "fsyncs go on while idle"
+    # Once a period at most: for the span the puts took, and never two close together.
+    during = [t for _, t in fsyncs if first_put <= t <= last_write]
+    span = last_write - first_put
+    assert len(during) <= span / PERIOD + 2, f"{len(during)} fsyncs in {span:.2f}s"
+    gaps = [b - a for (_, a), (_, b) in zip(fsyncs, fsyncs[1:], strict=False)]
+    assert min(gaps) > PERIOD / 2, f"fsyncs {min(gaps) * 1000:.0f} ms apart"
+    # Never on the hot path: puts are not each waiting for an fsync.
+    assert len(stored) >= 10 * len(fsyncs), f"{len(stored)} puts, {len(fsyncs)} fsyncs"
+
+
+# --- a failing fsync (sync_journal = 0: STORED only after the fsync) -----------------------------------------------------------------------
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60)
+
+
+class ThinDisk:
+    """ext4 on a loop device whose backing file lives in a small tmpfs.
+
+    ``fill()`` uses up the tmpfs: the ext4 still has room, so writes succeed
+    (page cache), but writing them back fails, and so does fsync.  ``free()``
+    gives the space back.  ``remount()`` drops the page cache: what is read
+    afterwards is what reached the "disk".
+    """
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.back = base / "back"
+        self.mnt = base / "mnt"
+        self.image = self.back / "disk.img"
+        self.ballast = self.back / "ballast"
+        self.loop = ""
+        self.mounted: list[Path] = []
+
+    def create(self) -> None:
+        self.back.mkdir()
+        self.mnt.mkdir()
+        self._must("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(self.back))
+        self.mounted.append(self.back)
+        with open(self.image, "wb") as f:
+            f.truncate(64 << 20)  # sparse: blocks take tmpfs space only once written
+        self._must(
+            "mkfs.ext4", "-q", "-F", "-b", "4096", "-O", "^has_journal", "-E",
+            "lazy_itable_init=1,nodiscard", str(self.image),
+        )  # fmt: skip
+        self.loop = self._must("losetup", "-f", "--show", str(self.image)).stdout.strip()
+        self.mount()
+
+    def mount(self) -> None:
+        self._must("mount", "-o", "errors=continue", self.loop, str(self.mnt))
+        self.mounted.append(self.mnt)
+
+    def unmount(self) -> None:
+        self._must("umount", str(self.mnt))
+        self.mounted.remove(self.mnt)
+
+    def remount(self) -> None:
+        self.unmount()
+        self.mount()
+
+    def fill(self) -> None:
+        with open(self.ballast, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+
+    def free(self) -> None:
+        self.ballast.unlink()
+
+    def destroy(self) -> None:
+        for point in reversed(self.mounted):
+            if _run("umount", str(point)).returncode != 0:
+                _run("umount", "-l", str(point))
+        if self.loop:
+            _run("losetup", "-d", self.loop)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _must(self, *args: str) -> subprocess.CompletedProcess:
+        res = _run(*args)
+        if res.returncode != 0:
+            pytest.skip(f"cannot build a thin disk here ({' '.join(args[:2])}): {res.stderr}")
+        return res
+
+
+@pytest.fixture
+def thin_disk():
+    if os.geteuid() != 0:
+        pytest.skip("a loop-mounted file system needs root")
+    for tool in ("losetup", "mkfs.ext4"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    disk = ThinDisk(Path(tempfile.mkdtemp(prefix="kestreld-thin-")))
+    try:
+        disk.create()
+        yield disk
+    finally:
+        disk.destroy()
+
+
+def _item(kind: str, n: int) -> bytes:
+    return f"{kind}{n:04d}".encode().ljust(256 * 1024, b".")
+
+
+def test_failed_fsync_refuses_the_put_and_loses_nothing_acknowledged(thin_disk):
+    folder = thin_disk.mnt / "queues"
+    srv = KestreldProcess(folder, "sync_journal = 0\n", config_path=thin_disk.base / "k.conf")
+    srv.start()
+    try:
+        c = Conn(srv.connect())
+        # Items of 256 KiB: each needs new blocks, which the full backing store refuses
+        # (a small put could land in a block already there, and succeed).
+        acked = [_item("before", i) for i in range(3)]
+        for item in acked:
+            assert c.set("q", item) == b"STORED"
+        thin_disk.fill()
+        # The backing store may still hold a block or two (its last page): the first
+        # refusal comes within a few puts, and it is the fsync that fails.
+        for i in range(20):
+            reply = c.set("q", _item("refused", i))
+            if reply != b"STORED":
+                break
+            acked.append(_item("refused", i))
+        assert reply == b"SERVER_ERROR journal fsync failed: No space left on device", reply
+        wait_until(lambda: srv.events("journal_fsync_failed"), "the failure is logged")
+        assert c.get("q") == acked[0], "what was acknowledged is still served"
+        assert srv.proc.poll() is None
+        thin_disk.free()
+        # Refused for a moment after a failure, then stored again.
+        deadline = time.monotonic() + 30
+        n = 0
+        while (reply := c.set("q", _item("after", n))) != b"STORED":
+            assert reply.startswith(b"SERVER_ERROR"), reply
+            assert time.monotonic() < deadline, f"still refused: {reply!r}"
+            time.sleep(0.1)
+            n += 1
+        acked.append(_item("after", n))
+        # A restart (the page cache stays: not a power loss) gives back every item
+        # acknowledged and not yet read, in order.
+        srv.restart(crash=True)
+        c = Conn(srv.connect())
+        got = []
+        while (v := c.get("q")) is not None:
+            got.append(v)
+        assert [v[:12] for v in got] == [v[:12] for v in acked[1:]], "refused puts stay refused"
+    finally:
+        srv.stop()
