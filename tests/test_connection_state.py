@@ -90,7 +90,7 @@ async def test_a_client_that_does_not_read_is_paused_on_a_real_socket(tmp_path):
         for _ in range(30):  # a pause that does nothing would read on meanwhile
             await asyncio.sleep(0.01)
         assert conn.read_paused and conn.write_paused
-        assert len(conn.buf) <= connection_module.INPUT_PAUSE_LIMIT + 512 * 1024
+        assert len(conn.framing.buf) <= connection_module.INPUT_PAUSE_LIMIT + 512 * 1024
         assert conn.transport.get_write_buffer_size() <= 1024 * 1024
         assert conn.stats.bytes_read < len(request) * count
 
