@@ -14,8 +14,8 @@ executor and the driver can read (a shared file system): the data source
 opens journal files by path.
 
 Spark logs at INFO under spark-submit (thousands of lines of query plans);
-the job turns that down to errors as soon as it can, so only its progress is
-printed.  ``--verbose`` keeps Spark's logging.
+the job sets ``spark.log.level=ERROR`` on the context it creates, so only its
+progress is printed.  ``--verbose`` keeps Spark's logging.
 """
 
 from __future__ import annotations
@@ -23,31 +23,20 @@ from __future__ import annotations
 import sys
 
 
-def quiet_spark_logging() -> None:
-    """Errors only, from now on: set on the JVM spark-submit started, before the context logs."""
-    from pyspark import SparkContext
-
-    SparkContext._ensure_initialized()
-    jvm = SparkContext._jvm
-    jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(
-        jvm.org.apache.logging.log4j.Level.ERROR
-    )
-
-
 def run(argv: list[str]) -> int:
     """Create the submitted session, then run ``kestreld analyze`` inside it."""
-    if "--verbose" not in argv:
-        quiet_spark_logging()
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.appName("kestreld analyze")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
     if "--verbose" not in argv:
-        spark.sparkContext.setLogLevel("ERROR")
+        # Applied first thing in the SparkContext, before its INFO lines.  The two or
+        # three lines spark-submit's JVM prints before this script runs stay.
+        builder = builder.config("spark.log.level", "ERROR")
+    spark = builder.getOrCreate()
     try:
         from kestreld.pipeline.analyze import main
 
