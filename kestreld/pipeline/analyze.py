@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 TABLES = ("per_minute", "consumer_lag", "error_counts", "id_gaps")
+
+#: Table queries run at once (see _report).
+QUERY_THREADS = 4
 
 #: Shuffle partitions for a local master: the tables are small; more only adds tasks.
 LOCAL_SHUFFLE_PARTITIONS = 8
@@ -332,26 +336,41 @@ def _report(
         reader = reader.option("kestrel20", "true")
     started = time.monotonic()
     rows = reader.load(sources if len(sources) > 1 else sources[0]).persist()
-    all_items = tables.items(rows).persist()
-    read = rows.count()
-    items_read = all_items.count()
-    progress(f"read {read} records, {items_read} items in {time.monotonic() - started:.1f}s")
+    # One job reads every file into the cache and names the queues; every table
+    # below is a query over the cached rows (items are a filter of them, not a second cache).
+    per_queue = rows.groupBy("queue").count().collect()
+    all_queues = {r["queue"] for r in per_queue if r["queue"]}
+    progress(
+        f"read {sum(r['count'] for r in per_queue)} records of {len(all_queues)} queues "
+        f"from {len(listing.files)} files in {time.monotonic() - started:.1f}s"
+    )
+    all_items = tables.items(rows)
     window = tables.in_window(all_items, args.since, args.until)
 
     started = time.monotonic()
-    results: dict[str, pa.Table] = {}
-    for name, df in (
-        ("per_minute", tables.per_minute(window)),
-        ("consumer_lag", tables.consumer_lag(rows, all_items, as_of_ms)),
-        ("error_counts", tables.error_counts(window)),
-        ("id_gaps", tables.id_gaps(window)),
-    ):
-        results[name] = _arrow(df)
+    queries = {
+        "per_minute": tables.per_minute(window),
+        "consumer_lag": tables.consumer_lag(rows, all_items, as_of_ms),
+        "error_counts": tables.error_counts(window),
+        "id_gaps": tables.id_gaps(window),
+        "totals": tables.queue_totals(window),
+        "sizes": tables.size_histogram(window),
+    }
+    # Small tables: Spark's time goes to planning, code generation and scheduling, not
+    # to data.  Submitted together, one query's planning overlaps another's tasks.
+    with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
+        futures = {name: pool.submit(_arrow, df) for name, df in queries.items()}
+        problem_rows = _problems(rows, names, sources)
+        results = {name: future.result() for name, future in futures.items()}
+    items_total = sum(results["totals"].column("items").to_pylist())
+    progress(
+        f"computed {len(queries)} tables of {items_total} items in {time.monotonic() - started:.1f}s"
+    )
+    for name in TABLES:
         write_table(results[name], args.out, name)
         progress(f"wrote {name} ({results[name].num_rows} rows)")
 
-    totals = {r["queue"]: r for r in _arrow(tables.queue_totals(window)).to_pylist()}
-    all_queues = {r["queue"] for r in rows.select("queue").distinct().collect() if r["queue"]}
+    totals = {r["queue"]: r for r in results["totals"].to_pylist()}
     lag_rows = results["consumer_lag"].to_pylist()
     queues: dict[str, Any] = {}
     for queue in sorted(all_queues | set(totals)):
@@ -372,7 +391,7 @@ def _report(
                 if r["queue"] == queue
             },
         }
-    problems = _problems(rows, names, sources)
+    problems = problem_rows
     gaps = results["id_gaps"]
     summary = {
         "source": sources[0] if len(sources) == 1 else sources,
@@ -390,13 +409,11 @@ def _report(
         f.write("\n")
     progress(f"wrote summary.json ({len(queues)} queues, {len(problems)} problems)")
 
+    started = time.monotonic()
     charts.throughput(results["per_minute"], os.path.join(args.out, "throughput.png"))
-    charts.sizes(_arrow(tables.size_histogram(window)), os.path.join(args.out, "sizes.png"))
+    charts.sizes(results["sizes"], os.path.join(args.out, "sizes.png"))
     charts.lag(results["consumer_lag"], os.path.join(args.out, "lag.png"))
-    progress(
-        f"wrote throughput.png, sizes.png, lag.png; tables and charts in {time.monotonic() - started:.1f}s"
-    )
-    all_items.unpersist()
+    progress(f"wrote throughput.png, sizes.png, lag.png in {time.monotonic() - started:.1f}s")
     rows.unpersist()
 
 
