@@ -246,3 +246,26 @@ def test_throughput_chart_draws_idle_minutes_as_zero() -> None:
     far = t0 + timedelta(minutes=FILL_MINUTES + 5)
     xs, ys = minute_series({t0: 1, far: 1}, t0, far)
     assert (xs, ys) == ([t0, far], [1, 1]), "over very long spans only minutes with items"
+
+
+def test_out_that_is_a_file_is_a_usage_error(workload, tmp_path, capsys) -> None:
+    target = tmp_path / "report.txt"
+    target.write_text("not a folder")
+    assert analyze.main([str(workload), "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {target} is a file, not a folder" in err
+    assert "Traceback" not in err
+    assert target.read_text() == "not a folder"
+    assert analyze.main([str(workload), "--out", str(target / "sub")]) == 2
+    assert "cannot create --out" in capsys.readouterr().err
+
+
+def test_csv_numbers_are_rounded_to_what_they_mean(report) -> None:
+    import re
+
+    for name in ("per_minute", "consumer_lag", "error_counts", "id_gaps"):
+        text = (report / f"{name}.csv").read_text()
+        assert not re.search(r"\d\.\d{3,}", text), f"{name}.csv: {text}"
+    rows = read_csv(report / "per_minute.csv")
+    assert [r["size_p99"] for r in rows] == ["39.7", "298.0", "5.0", "7.99", "9.0"]
+    assert [r["ttl_p50_ms"] for r in rows] == ["45000.0", "10000.0", "", "", ""]

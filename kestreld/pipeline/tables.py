@@ -8,7 +8,8 @@ transformation, so tests can check them on any journal.
   with linear interpolation between ranks (``percentile`` in Spark SQL,
   numpy's default): ``size_p50``, ``size_p99`` and ``ttl_p50_ms`` (of
   ``expire_time - add_time``, over items with an expiry; null when none).
-  ``peak_items_per_s`` is the busiest second of the minute.
+  ``peak_items_per_s`` is the busiest second of the minute.  Sizes are
+  rounded to 0.01 byte, TTLs to whole milliseconds.
 - ``consumer_lag``: per reader checkpoint, the items the writer holds that the
   reader has not consumed: id above the head and not in the done set.  A
   queue with segments and no checkpoint at all has an implied default reader
@@ -104,10 +105,12 @@ def per_minute(item_rows: DataFrame) -> DataFrame:
             ).alias("minute"),
             F.col("items").cast("bigint").alias("items"),
             "bytes",
-            F.col("size_p50").cast("double").alias("size_p50"),
-            F.col("size_p99").cast("double").alias("size_p99"),
+            # Rounded to what they mean: hundredths of a byte, whole milliseconds
+            # (interpolated percentiles otherwise print as 1981.4299999999998).
+            F.round(F.col("size_p50").cast("double"), 2).alias("size_p50"),
+            F.round(F.col("size_p99").cast("double"), 2).alias("size_p99"),
             F.col("peak_items_per_s").cast("bigint").alias("peak_items_per_s"),
-            F.col("ttl_p50_ms").cast("double").alias("ttl_p50_ms"),
+            F.round(F.col("ttl_p50_ms").cast("double"), 0).alias("ttl_p50_ms"),
         )
         .orderBy("queue", "minute")
     )
