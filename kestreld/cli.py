@@ -23,6 +23,8 @@ _TOOLS = {
     ("ping",): "kestreld.protocol.ping",
 }
 
+_TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests, benchmarks and crash soak
+
 
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(

@@ -11,9 +11,11 @@ one process with no load generator, it repeats within a few percent on a
 quiet machine, so it is the figure to compare before and after a change to
 the hot path (in the same sitting: a busy host slows both sides alike).
 
-    .venv/bin/python scripts/bench_hotpath.py                  # set, get, reliable; best of 3
-    .venv/bin/python scripts/bench_hotpath.py --connections 100 --rounds 2000
-    .venv/bin/python scripts/bench_hotpath.py --profile set   # cProfile, top functions
+    kestreld bench hotpath                  # set, get, reliable; best of 3
+    kestreld bench hotpath --connections 100 --rounds 2000
+    kestreld bench hotpath --profile set    # cProfile, top functions
+
+(``.venv/bin/python scripts/bench_hotpath.py`` is the same program.)
 """
 
 from __future__ import annotations
@@ -21,18 +23,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import os
 import pstats
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from kestreld.log import configure_logging  # noqa: E402
-from kestreld.protocol.connection import MemcacheConnection  # noqa: E402
-from kestreld.protocol.memory_transport import MemoryTransport  # noqa: E402
-from kestreld.protocol.server import Server, build_server_config  # noqa: E402
+from kestreld.bench.memory_transport import MemoryTransport
+from kestreld.log import configure_logging
+from kestreld.protocol.connection import MemcacheConnection
+from kestreld.protocol.server import Server, build_server_config
 
 
 async def _rounds(conns, request: bytes, rounds: int) -> float:
@@ -93,7 +91,7 @@ def run(workload: str, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench_hotpath", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="kestreld bench hotpath", description=__doc__.split("\n\n")[0])
     p.add_argument("workloads", nargs="*", default=["set", "get", "reliable"])
     p.add_argument("-c", "--connections", type=int, default=100)
     p.add_argument("--rounds", type=int, default=1000)

@@ -1,0 +1,41 @@
+"""An in-memory transport: drive real connections in process, without sockets.
+
+Used by the in-process benchmark of the hot path (``kestreld bench hotpath``)
+and by tests that look at a connection's own state after many requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class MemoryTransport(asyncio.Transport):
+    """Takes every write (kept in ``data``, or only counted with ``keep=False``); never pushes back."""
+
+    def __init__(self, *, keep: bool = True) -> None:
+        super().__init__()
+        self.keep = keep
+        self.data = bytearray()
+        self.written = 0
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.written += len(data)
+        if self.keep:
+            self.data += data
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 0) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
