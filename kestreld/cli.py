@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _serve_parser().parse_args(argv)
     if args.version:
         from kestreld import __version__
+        from kestreld.compiled import implementation
 
-        print(__version__)
+        print(f"kestreld {__version__} ({implementation()})")
         return 0
     from kestreld.protocol.server import run_server
 
