@@ -73,6 +73,8 @@ def extensions() -> list:
                 # The .pxd files alone give the C types; the .py annotations are for readers.
                 "annotation_typing": False,
                 "embedsignature": True,
+                # A None where a typed object belongs is an exception, never a crash.
+                "nonecheck": True,
             },
         )
     except Exception as e:  # noqa: BLE001 - a Cython error must not break the install

@@ -7,8 +7,10 @@ the switch itself, ``kestreld --version`` and the ``listening`` event.
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +145,62 @@ def test_an_extension_older_than_its_source_is_skipped_in_a_checkout(tmp_path, m
     assert (
         compiled._HotModuleFinder(source_only=False).find_spec("other.mod", [str(folder)]) is None
     )
+
+
+def _pxd_classes(text: str) -> dict[str, set[str]]:
+    """``cdef class`` name -> the attributes it declares, from a .pxd file."""
+    classes: dict[str, set[str]] = {}
+    current: set[str] | None = None
+    for line in text.splitlines():
+        if m := re.match(r"cdef class (\w+)", line):
+            current = classes.setdefault(m.group(1), set())
+        elif line and not line[0].isspace() and not line.startswith("#"):
+            current = None
+        elif current is not None and (m := re.match(r"\s+cdef (?:public |readonly )?(.+)", line)):
+            if "(" not in m.group(1):  # a field, not a method
+                # "long long id" or "bint a, b": the last word of each comma-separated part
+                current.update(part.split()[-1] for part in m.group(1).split(","))
+    return classes
+
+
+def _assigned_attributes(cls: ast.ClassDef) -> tuple[set[str], set[str] | None]:
+    """(attributes assigned through ``self``, the ``__slots__`` names or None) of a class."""
+    assigned: set[str] = set()
+    slots = None
+    for node in ast.walk(cls):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            for t in ast.walk(target):
+                if (
+                    isinstance(t, ast.Attribute)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                ):
+                    assigned.add(t.attr)
+    for node in cls.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            slots = {ast.literal_eval(e) for e in node.value.elts}  # type: ignore[attr-defined]
+    return assigned, slots
+
+
+@pytest.mark.parametrize("module", compiled.MODULES)
+def test_every_attribute_a_compiled_class_sets_is_declared_in_its_pxd(module):
+    """A field added to the .py but not to the .pxd fails here, in both CI runs, clearly
+    (compiled, it would be an AttributeError at run time)."""
+    source = PACKAGE_ROOT.joinpath(*module.split("."))
+    declared = _pxd_classes(source.with_suffix(".pxd").read_text())
+    tree = ast.parse(source.with_suffix(".py").read_text())
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    for name, fields in declared.items():
+        assert name in classes, f"{module}: the .pxd declares {name}, the .py has no such class"
+        assigned, slots = _assigned_attributes(classes[name])
+        missing = assigned - fields
+        assert not missing, f"{module}.{name}: declare {sorted(missing)} in the .pxd"
+        if slots is not None:
+            assert slots == fields, f"{module}.{name}: __slots__ and the .pxd differ"
