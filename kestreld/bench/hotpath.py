@@ -15,7 +15,9 @@ the hot path (in the same sitting: a busy host slows both sides alike).
     kestreld bench hotpath --connections 100 --rounds 2000
     kestreld bench hotpath --profile set    # cProfile, top functions
 
-(``.venv/bin/python scripts/bench_hotpath.py`` is the same program.)
+(``.venv/bin/python scripts/bench_hotpath.py`` is the same program.)  It measures the
+implementation that runs (the first line says which): ``KESTRELD_NO_EXTENSIONS=1 kestreld
+bench hotpath`` measures the plain Python of a compiled install.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import pstats
 import tempfile
 import time
 
+from kestreld import __version__
 from kestreld.bench.memory_transport import MemoryTransport
+from kestreld.compiled import implementation
 from kestreld.log import configure_logging
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.protocol.server import Server, build_server_config
@@ -108,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return 0
+    print(
+        f"kestreld {__version__} ({implementation()}), {args.connections} connections, {args.size} B"
+    )
     for workload in args.workloads:
         runs = [run(workload, args) for _ in range(args.repeat)]
         best = min(r["us_per_op"] for r in runs)
