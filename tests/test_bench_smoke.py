@@ -92,3 +92,23 @@ def test_repeated_runs_report_medians_and_ranges():
     (merged,) = median_rows([row(30, 5), row(50, 9), row(40, 7)])
     assert merged.runs == 3 and merged.server_us == 40 and merged.p99_ms == 7
     assert merged.server_us_range == (30, 50) and merged.p99_range == (5, 9)
+
+
+def test_every_import_in_the_bench_package_resolves():
+    """Imports inside functions too: the harness runs as a package, not with scripts/ on the path."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    import kestreld.bench
+
+    for path in Path(kestreld.bench.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                assert importlib.util.find_spec(name) is not None, f"{path.name}: import {name}"

@@ -457,7 +457,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for s in specs:
             print(f"{s.key:32} {s.describe()}")
         return 0
-    from bench_servers import ensure_memcached
+    from kestreld.bench.servers import ensure_memcached
 
     ensure_memcached()
     machine = machine_description()
