@@ -17,10 +17,10 @@ import sys
 
 # sub-command -> module whose main(argv) -> int runs it
 _TOOLS = {
-    ("journal", "dump"): "kestreld.journal.dump",
-    ("journal", "import-kestrel2"): "kestreld.journal.kestrel2_import",
+    ("journal", "dump"): "kestreld.tools.dump",
+    ("journal", "import-kestrel2"): "kestreld.tools.kestrel2_import",
     ("analyze",): "kestreld.pipeline.analyze",
-    ("ping",): "kestreld.protocol.ping",
+    ("ping",): "kestreld.tools.ping",
 }
 
 _TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests, benchmarks and crash soak
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"kestreld {__version__} ({implementation()})")
         return 0
-    from kestreld.protocol.server import run_server
+    from kestreld.server import run_server
 
     overrides = {
         k: v

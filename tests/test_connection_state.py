@@ -11,9 +11,9 @@ import asyncio
 
 import pytest
 
+from kestreld.bench.memory_transport import MemoryTransport
 from kestreld.protocol.connection import MemcacheConnection
-from kestreld.protocol.memory_transport import MemoryTransport
-from kestreld.protocol.server import Server, build_server_config
+from kestreld.server import Server, build_server_config
 
 
 @pytest.fixture

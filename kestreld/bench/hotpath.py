@@ -34,7 +34,7 @@ from kestreld.bench.memory_transport import MemoryTransport
 from kestreld.compiled import implementation
 from kestreld.log import configure_logging
 from kestreld.protocol.connection import MemcacheConnection
-from kestreld.protocol.server import Server, build_server_config
+from kestreld.server import Server, build_server_config
 
 
 async def _rounds(conns, request: bytes, rounds: int) -> float:

@@ -11,8 +11,9 @@ import structlog
 
 from kestreld.config import ServerConfig
 from kestreld.journal.checkpoint import write_checkpoint
-from kestreld.journal.files import scan_folder, split_queue_name
+from kestreld.journal.files import scan_folder
 from kestreld.journal.writer import JournalWriteError
+from kestreld.names import split_queue_name
 from kestreld.queues.item import QueueItem
 from kestreld.queues.journaled_queue import JournaledQueue, QueueFull
 from kestreld.queues.reader import Reader

@@ -24,8 +24,13 @@ from kestreld.queues.reader import Reader
 log = structlog.get_logger("kestreld.queues")
 
 
+#: A put waiting for its batch: the item, where it is, and the fanout readers
+#: that were full when it was put (they drop it), or None.
+_Put = tuple[QueueItem, Segment, int, "frozenset[Reader] | None"]
+
+
 class QueueFull(Exception):
-    """A reader is full and does not discard old items."""
+    """The queue is full and does not discard old items (its fanout readers never refuse)."""
 
 
 class JournaledQueue:
@@ -57,7 +62,7 @@ class JournaledQueue:
         self._next_id = 1  # ids of journal-less queues
         # Puts of the batch not yet acknowledged (see put()).
         self._pending_batch: Batch | None = None
-        self._pending: list[tuple[QueueItem, Segment, int]] = []
+        self._pending: list[_Put] = []
         self.pending_items = 0
         self.pending_bytes = 0
         self.deleted = False
@@ -149,20 +154,33 @@ class JournaledQueue:
                 expire_time = limit
         readers = self.readers.values()
         p_items, p_bytes = self.pending_items, self.pending_bytes
-        for reader in readers:
-            if reader.is_full(p_items, p_bytes):
-                if not reader.config.discard_old_when_full:
-                    raise QueueFull(reader.full_name)
+        # Kestrel 2.x: a fanout reader is its own queue.  The queue itself (the
+        # default reader) refuses a put when full; a full fanout reader never
+        # blocks the queue and its other readers: it discards its oldest item
+        # (discard_old_when_full) or drops the new one for itself.
+        default = self.readers.get("")
+        if (
+            default is not None
+            and not default.config.discard_old_when_full
+            and default.is_full(p_items, p_bytes)
+        ):
+            raise QueueFull(default.full_name)
+        skipping: frozenset[Reader] | None = None
         for reader in readers:
             if reader.config.discard_old_when_full:
                 reader.make_room(now, p_items, p_bytes)
+            elif reader.name and reader.is_full(p_items, p_bytes):
+                skipping = (skipping or frozenset()) | {reader}
         self.last_activity = time.monotonic()
         journal = self.journal
         if journal is None:
             item = QueueItem(self._next_id, now, expire_time, 0, data)
             self._next_id += 1
             for reader in readers:
-                reader.offer(item, None, 0, now)
+                if skipping is not None and reader in skipping:
+                    reader.drop(item.id)
+                else:
+                    reader.offer(item, None, 0, now)
             return None
         id_, seg, offset, batch = journal.put(now, data, expire_time)
         # Readers get the item once its batch is acknowledged (written, or fsynced
@@ -171,31 +189,34 @@ class JournaledQueue:
             self._pending_batch = batch
             self._pending = []
             batch.add_done_callback(functools.partial(self._acknowledged, self._pending))
-        self._pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset))
+        self._pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping))
         self.pending_items += 1
         self.pending_bytes += len(data)
         return batch
 
-    def _acknowledged(self, puts: list[tuple[QueueItem, Segment, int]], batch: Batch) -> None:
+    def _acknowledged(self, puts: list[_Put], batch: Batch) -> None:
         """A batch resolved: offer its items to the readers, or drop them if it failed."""
         if self._pending is puts:
             self._pending_batch = None
             self._pending = []
         self.pending_items -= len(puts)
-        self.pending_bytes -= sum(len(item.data) for item, _, _ in puts)
+        self.pending_bytes -= sum(len(put[0].data) for put in puts)
         if self.deleted:
             return
         readers = list(self.readers.values())
         if batch.error is not None:
             # Refused with SERVER_ERROR: never delivered; the ids are spent.
             for reader in readers:
-                for item, _, _ in puts:
-                    reader.commit(item.id)
+                for put in puts:
+                    reader.commit(put[0].id)
             return
         now = int(time.time() * 1000)
-        for item, seg, offset in puts:
+        for item, seg, offset, skipping in puts:
             for reader in readers:
-                reader.offer(item, seg, offset, now)
+                if skipping is not None and reader in skipping:
+                    reader.drop(item.id)  # this fanout reader was full
+                else:
+                    reader.offer(item, seg, offset, now)
 
     # --- durability -----------------------------------------------------------------------
 

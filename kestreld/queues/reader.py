@@ -146,6 +146,13 @@ class Reader:
                 return
             self.rb = ReadBehind(seg, offset, item.id)
 
+    def drop(self, id_: int) -> None:
+        """A new item this full fanout reader does not take (Kestrel 2.x: its own queue was full)."""
+        if id_ <= self.head:
+            return
+        self.discarded += 1
+        self.commit(id_)
+
     def is_full(self, pending_items: int = 0, pending_bytes: int = 0) -> bool:
         """Full, counting puts not yet acknowledged (they are on their way in)."""
         cfg = self.config

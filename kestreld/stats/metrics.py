@@ -41,7 +41,7 @@ from kestreld.stats.collector import StatsCollector, StatsSnapshot
 from kestreld.stats.latency import LatencyHistograms
 
 if TYPE_CHECKING:
-    from kestreld.protocol.server import Server
+    from kestreld.state import ServerState as Server
 
 log = structlog.get_logger("kestreld.metrics")
 
@@ -72,7 +72,7 @@ class MetricsServer:
 
     async def start(self) -> None:
         """Listen, and hook the latency observers.  Raises StartupError when it cannot listen."""
-        from kestreld.protocol.server import StartupError
+        from kestreld.state import StartupError
 
         config = self.server.config
         address = config.metrics_address or config.listen_address
