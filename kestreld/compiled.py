@@ -27,6 +27,9 @@ MODULES: tuple[str, ...] = (
     "kestreld.queues.item",
     "kestreld.queues.blocking",
     "kestreld.journal.codec",
+    "kestreld.protocol.framing",
+    "kestreld.protocol.connection",
+    "kestreld.protocol.commands",
 )
 
 #: Set to 1 (or any value but 0 or empty) to run the plain Python even when compiled.
