@@ -471,7 +471,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     machine["loadavg at end"] = machine_description()["loadavg"]
     machine["loadavg"] = machine.pop("loadavg")
     targets = report.evaluate(rows, backlog)
-    command = "kestreld bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "kestreld bench " + " ".join(shlex.quote(a) for a in args.argv)
     print()
     print(report.compare_table(rows, args.markdown))
     if backlog:
@@ -587,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(importlib.import_module(PROGRAMS[argv[0]]).main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # for the report's command line
     if args.command == "compare":
         return cmd_compare(args)
     if args.command == "backlog":
