@@ -275,8 +275,13 @@ def installed(image, production, tmp_path_factory) -> Installed:
                 shutil.copy(src, context / source)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     wheels = tmp / "wheels"
+    # as the image's build stage: no KESTRELD_NO_EXTENSIONS there (CI's second run sets it)
+    build_env = {k: v for k, v in os.environ.items() if k != "KESTRELD_NO_EXTENSIONS"}
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(context)], check=True, timeout=300
+        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(context)],
+        check=True,
+        timeout=300,
+        env=build_env,
     )
     (wheel,) = wheels.glob("kestreld-*.whl")
     # The server stage: a fresh environment with the wheel and its dependencies only.
