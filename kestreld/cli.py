@@ -28,6 +28,8 @@ _TOOLS = {
     ("move",): "kestreld.tools.move",
 }
 
+_TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests, benchmarks and crash soak
+
 
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -65,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _serve_parser().parse_args(argv)
     if args.version:
         from kestreld import __version__
+        from kestreld.compiled import implementation
 
-        print(__version__)
+        print(f"kestreld {__version__} ({implementation()})")
         return 0
     overrides = {
         k: v

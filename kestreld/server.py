@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from kestreld import __version__
+from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
@@ -149,6 +150,7 @@ class Server:
             queue_path=os.path.abspath(self.config.queue_path),
             status=self.status.value,
             version=__version__,
+            implementation=implementation(),
         )
 
     async def _start_metrics(self) -> None:
@@ -349,6 +351,7 @@ def run_server(config_path: str | None, overrides: dict[str, Any]) -> int:
         print(f"kestreld: {e}", file=sys.stderr)
         return 2
     configure_logging(config.log_format, config.log_level)
+    report_implementation(log)
     try:
         import uvloop
     except ImportError:  # pragma: no cover

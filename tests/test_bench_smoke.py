@@ -1,4 +1,4 @@
-"""scripts/bench must keep working: every workload, about a second each, against a real kestreld.
+"""kestreld bench (scripts/bench) must keep working: every workload, about a second each, against a real kestreld.
 
 These check that the suite runs and that its own checks pass (every item
 delivered exactly once), not any performance figure.
@@ -7,19 +7,15 @@ delivered exactly once), not any performance figure.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-
-import bench_cli  # noqa: E402
-import bench_profile  # noqa: E402
-from bench_backlog import run_backlog  # noqa: E402
-from bench_report import compare_table, evaluate, rows_table  # noqa: E402
-from bench_servers import memcached_path  # noqa: E402
-from bench_workloads import WORKLOADS, Spec, measure  # noqa: E402
+from kestreld.bench import cli as bench_cli
+from kestreld.bench import profiling as bench_profile
+from kestreld.bench.backlog import run_backlog
+from kestreld.bench.report import compare_table, evaluate, rows_table
+from kestreld.bench.servers import memcached_path
+from kestreld.bench.workloads import WORKLOADS, Spec, measure
 
 SMALL = {
     "put-many": Spec("put-many", connections=20, items=3000),
@@ -70,7 +66,7 @@ def test_every_command_has_help(capsys):
         with pytest.raises(SystemExit) as e:
             parser.parse_args([command, "--help"])
         assert e.value.code == 0
-    assert capsys.readouterr().out.count("usage: scripts/bench") == len(WORKLOADS) + 3
+    assert capsys.readouterr().out.count("usage: kestreld bench") == len(WORKLOADS) + 3
 
 
 def test_compare_matrix_holds_the_rows_the_targets_read():
@@ -88,7 +84,7 @@ def test_profile_summary_shares_of_self_and_total(tmp_path):
 
 
 def test_repeated_runs_report_medians_and_ranges():
-    from bench_workloads import Row, median_rows
+    from kestreld.bench.workloads import Row, median_rows
 
     def row(us: float, p99: float) -> Row:
         return Row("set-1k-c100-d1", "set", "kestreld", "set", 100, 100, 1.0, 100.0, 1.0,
@@ -120,3 +116,23 @@ def test_the_instances_command_reports_each_count(tmp_path, capsys):
     assert code == 0
     rows = [line for line in out.splitlines() if line.startswith("| set |")]
     assert [row.split("|")[2].strip() for row in rows] == ["1", "2"]
+
+
+def test_every_import_in_the_bench_package_resolves():
+    """Imports inside functions too: the harness runs as a package, not with scripts/ on the path."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    import kestreld.bench
+
+    for path in Path(kestreld.bench.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                assert importlib.util.find_spec(name) is not None, f"{path.name}: import {name}"

@@ -14,8 +14,8 @@ import threading
 import time
 
 import pytest
-from memory_transport import MemoryTransport
 
+from kestreld.bench.memory_transport import MemoryTransport
 from kestreld.protocol import connection as connection_module
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config

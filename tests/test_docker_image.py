@@ -286,14 +286,21 @@ def installed(image, production, tmp_path_factory) -> Installed:
         for source in sources:
             src = ROOT / source
             if src.is_dir():
-                shutil.copytree(src, context / source, ignore=shutil.ignore_patterns("__pycache__"))
+                # as .dockerignore: no caches, no build products of an in-place build
+                ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.c")
+                shutil.copytree(src, context / source, ignore=ignore)
             else:
                 (context / source).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(src, context / source)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     wheels = tmp / "wheels"
+    # as the image's build stage: no KESTRELD_NO_EXTENSIONS there (CI's second run sets it)
+    build_env = {k: v for k, v in os.environ.items() if k != "KESTRELD_NO_EXTENSIONS"}
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(context)], check=True, timeout=300
+        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(context)],
+        check=True,
+        timeout=300,
+        env=build_env,
     )
     (wheel,) = wheels.glob("kestreld-*.whl")
     # The server stage: a fresh environment with the wheel and its dependencies only.
@@ -363,6 +370,21 @@ def test_fresh_environment_has_the_server_and_uvloop_but_no_spark(installed):
     ).stdout.split("\n")
     assert out[0].startswith(str(installed.venv))
     assert out[1] == "True False"
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler: the wheel is pure Python")
+def test_image_runs_the_compiled_implementation(installed):
+    # The build stage installs gcc, so the wheel holds the Cython-compiled hot path.
+    env = {k: v for k, v in installed.env().items() if k != "KESTRELD_NO_EXTENSIONS"}
+    version = subprocess.run(
+        installed.adapt(["kestreld", "--version"]),
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd="/",
+    ).stdout
+    assert version.strip().endswith("(compiled)"), version
 
 
 def test_image_command_serves_passes_its_healthcheck_and_stops_on_sigterm(installed):

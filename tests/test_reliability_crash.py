@@ -1,6 +1,6 @@
 """Crash durability: ``kill -9`` at random moments under mixed load, then the ledger.
 
-The campaign (``scripts/soak_crash.py``, shared with ``scripts/soak``) runs at
+The campaign (``kestreld/bench/soak.py``, shared with ``scripts/soak``) runs at
 least 20 short server lives on one folder, once with ``sync_journal = 0`` and
 once with the default (no fsync: a process crash keeps what reached the OS):
 two producers sending pipelined batches, reliable consumers on the
@@ -18,18 +18,14 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from kestreld_process import Conn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-
-from kestreld_process import Conn  # noqa: E402
-from soak_crash import CrashCampaign  # noqa: E402
-
-from kestreld.journal import codec  # noqa: E402
+from kestreld.bench.soak import CrashCampaign
+from kestreld.journal import codec
 
 CYCLES = int(os.environ.get("KESTRELD_CRASH_CYCLES", "24"))
 SEED = int(os.environ.get("KESTRELD_CRASH_SEED", str(random.randrange(1 << 30))))

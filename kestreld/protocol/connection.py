@@ -33,7 +33,7 @@ import structlog
 
 from kestreld.protocol.commands import COMMANDS, UNKNOWN, undo_confirm
 from kestreld.protocol.confirm_reply import ConfirmReply
-from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, Command, Framing
+from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, Command, Framing, Sink
 from kestreld.protocol.replies import BAD_DATA_CHUNK, STORED, server_error
 
 if TYPE_CHECKING:
@@ -50,7 +50,38 @@ OUTPUT_FLUSH_SIZE = 256 * 1024
 INTERNAL_ERROR = server_error("internal error")
 
 
-class MemcacheConnection(asyncio.Protocol):
+class Connection(Sink):
+    """The connection's state and logic; the event loop drives :class:`MemcacheConnection`.
+
+    Compiled, this is a ``cdef`` class (connection.pxd: C fields, C calls to and from
+    the framing), which cannot derive from ``asyncio.Protocol``: the thin subclass
+    below mixes that in (asyncpg's pattern; uvloop only needs the methods).
+    """
+
+    __slots__ = (
+        "server",
+        "stats",
+        "transport",
+        "peer",
+        "framing",
+        "out",
+        "out_size",
+        "pending_batches",
+        "unacked",
+        "held",
+        "waiting",
+        "closing",
+        "eof",
+        "stopping",
+        "write_paused",
+        "read_paused",
+        "last_active",
+        "open_reads",
+        "put_target",
+        "waiting_reply",
+        "confirm_ticket",
+    )
+
     def __init__(self, server: ServerState) -> None:
         self.server = server
         self.stats = server.stats
@@ -345,3 +376,9 @@ class MemcacheConnection(asyncio.Protocol):
         self.closing = True
         if self.transport is not None:
             self.transport.close()
+
+
+class MemcacheConnection(Connection, asyncio.Protocol):
+    """One client connection as the event loop sees it: an ``asyncio.Protocol``."""
+
+    __slots__ = ()

@@ -20,14 +20,14 @@ payload bytes are never taken for a command, whatever they hold.
 
 The framing owns no reply and no flow control: it hands each request to its
 sink (the connection), which answers :data:`GO`, :data:`STOP` or
-:data:`LATER`.  State is a handful of fixed fields so the class can later be
-compiled (Cython, a ``.pxd`` beside this file) without changes.
+:data:`LATER`.  State is a handful of fixed fields, so the class is
+compiled by Cython (``framing.pxd`` beside this file: C fields, C integers for
+positions, the sink called through a C vtable).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
 
@@ -80,18 +80,29 @@ class Command:
         self.waits_for_sets = waits_for_sets
 
 
-class Sink(Protocol):
-    """What the framing hands requests to (the connection)."""
+class Sink:
+    """What the framing hands requests to: the connection derives from it.
 
-    def request(self, command: Command, args: list[bytes], quiet: bool) -> int: ...
+    A base class rather than a protocol: compiled (framing.pxd), the framing
+    calls these methods through a C vtable, not a Python attribute lookup.
+    """
 
-    def block_header(self, command: Command, args: list[bytes], size: int, quiet: bool) -> int: ...
+    __slots__ = ()
 
-    def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int: ...
+    def request(self, command: Command, args: list[bytes], quiet: bool) -> int:
+        raise NotImplementedError
 
-    def bad_block(self, quiet: bool) -> None: ...
+    def block_header(self, command: Command, args: list[bytes], size: int, quiet: bool) -> int:
+        raise NotImplementedError
 
-    def fatal(self, reply: bytes) -> None: ...
+    def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
+        raise NotImplementedError
+
+    def bad_block(self, quiet: bool) -> None:
+        raise NotImplementedError
+
+    def fatal(self, reply: bytes) -> None:
+        raise NotImplementedError
 
 
 class Framing:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable
-from typing import Generic, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+# Items are QueueItems; the type stays open so the class can be a compiled cdef class
+# (blocking.pxd), which cannot derive from typing.Generic.
+T = Any
 
 
-class BlockingQueue(Generic[T]):
+class BlockingQueue:
     __slots__ = ("items", "waiters")
 
     def __init__(self) -> None:

@@ -17,9 +17,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import bench_load
-from bench_load import Role
-from bench_servers import KestreldServer, MachineSample, MemcachedServer, cpu_seconds, memory
+from kestreld.bench import load as bench_load
+from kestreld.bench.load import Role
+from kestreld.bench.servers import (
+    KestreldServer,
+    MachineSample,
+    MemcachedServer,
+    cpu_seconds,
+    memory,
+)
 
 WORKLOADS = ("put-many", "get-drain", "flood", "leaky-reader", "fanout", "many-clients")
 MiB = 1024 * 1024

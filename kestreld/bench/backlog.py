@@ -19,9 +19,9 @@ import socket
 import threading
 import time
 
-import bench_load
-from bench_load import Role
-from bench_servers import KestreldServer, memory
+from kestreld.bench import load as bench_load
+from kestreld.bench.load import Role
+from kestreld.bench.servers import KestreldServer, memory
 
 MiB = 1024 * 1024
 QUEUE = "backlog"

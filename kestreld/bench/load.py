@@ -787,4 +787,4 @@ def _drain_failures(out, n: int) -> list[str]:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    print(os.path.basename(__file__), "is a module of scripts/bench")
+    print(os.path.basename(__file__), "is a module of kestreld bench")

@@ -36,16 +36,13 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-
-from kestreld_process import Conn, KestreldProcess  # noqa: E402
+from kestreld.bench.process import Conn, KestreldProcess
 
 QUEUE = "crash"
 READERS = (QUEUE, f"{QUEUE}+audit", f"{QUEUE}+tail")  # reliable, reliable fanout, plain-get fanout
@@ -644,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     p = argparse.ArgumentParser(
-        prog="scripts/soak",
+        prog="kestreld bench soak",
         description="Crash soak: run kestreld under mixed load (producers with sync_journal = 0, "
         "reliable and fanout consumers, 4 KiB segments, 100 ms checkpoints), kill -9 it at "
         "random moments, restart, and check that no acknowledged item was lost, no old "

@@ -13,14 +13,13 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def py_spy() -> str:
-    local = ROOT / ".venv" / "bin" / "py-spy"
+    local = Path(sys.executable).parent / "py-spy"  # the virtualenv's, when PATH lacks it
     found = str(local) if local.exists() else shutil.which("py-spy")
     if not found:
         raise SystemExit("py-spy is not installed: .venv/bin/python -m pip install py-spy")

@@ -23,14 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from kestreld.config.model import parse_size  # noqa: E402
-from kestreld.journal import codec  # noqa: E402
+from kestreld.config.model import parse_size
+from kestreld.journal import codec
 
 
 def generate(folder: str, total: int, segment_size: int, min_item: int, max_item: int) -> int:
@@ -100,9 +97,9 @@ def source_rate(spark, folder: str, include_data: bool) -> tuple[int, float]:
     return records, elapsed
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="bench-pipeline",
+        prog="kestreld bench pipeline",
         description="records/s of the kestrel_journal data source vs the plain-Python codec",
     )
     p.add_argument("--size", default="1GiB", help="bytes of segments to generate (default 1GiB)")
@@ -112,7 +109,7 @@ def main() -> int:
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument("--dir", help="folder for the segments (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the generated segments")
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     folder = args.dir or tempfile.mkdtemp(prefix="kestreld-bench-")
     total = parse_size("--size", args.size)

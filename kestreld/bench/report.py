@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench_workloads import Row
+from kestreld.bench.workloads import Row
 
 # --- number formatting ---------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ import shlex
 import sys
 import time
 
-import bench_report as report
-from bench_servers import machine_description
-from bench_workloads import Row, Spec, measure
+from kestreld.bench import report
+from kestreld.bench.servers import machine_description
+from kestreld.bench.workloads import Row, Spec, measure
 
 #: workload name -> (spec for one instance, scaled by the number of instances)
 WORKLOADS = ("set", "get", "reliable")

@@ -21,10 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "support"))
-
-from kestreld_process import KestreldProcess  # noqa: E402
+from kestreld import __version__
+from kestreld.bench.process import KestreldProcess
+from kestreld.compiled import implementation
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NCPU = os.cpu_count() or 1
@@ -104,6 +103,8 @@ def machine_description() -> dict[str, str]:
         "python": platform.python_version(),
         "loadavg": load,
         "memcached": memcached_version(),
+        # the servers started inherit the environment: KESTRELD_NO_EXTENSIONS=1 runs them in Python
+        "kestreld": f"{__version__} ({implementation()})",
     }
 
 

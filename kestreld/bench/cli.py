@@ -1,7 +1,10 @@
-"""scripts/bench: load tests for kestreld, side by side with memcached.
+"""``kestreld bench`` (``scripts/bench``): load tests for kestreld, side by side with memcached.
 
 Every command starts its own server(s) on a free loopback port, in a fresh
-queue folder, and stops them when done.  Run ``scripts/bench <command> --help``.
+queue folder, and stops them when done.  Run ``kestreld bench <command> --help``.
+Three more commands are programs of their own, passed their arguments as they
+are: ``hotpath`` (the server's Python cost per request, in process), ``soak``
+(the crash soak) and ``pipeline`` (the Spark data source against the codec).
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import bench_instances
-import bench_report as report
-from bench_backlog import backlog_lines, run_backlog
-from bench_profile import Profiler, summarize
-from bench_servers import machine_description
-from bench_workloads import Row, Spec, measure, median_rows, with_changes
+from kestreld.bench import instances as bench_instances
+from kestreld.bench import report
+from kestreld.bench.backlog import backlog_lines, run_backlog
+from kestreld.bench.profiling import Profiler, summarize
+from kestreld.bench.servers import machine_description
+from kestreld.bench.workloads import Row, Spec, measure, median_rows, with_changes
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 _UNITS = {
@@ -121,18 +124,23 @@ def item_args(p: argparse.ArgumentParser, *, items: int, size: int = 1024, depth
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="scripts/bench",
+        prog="kestreld bench",
         description="Load tests for kestreld (in the spirit of Kestrel's), side by side with memcached. "
         "Each figure comes with the server's CPU per operation (from /proc/<pid>/stat), its RSS, "
         "the load generator's own CPU and the CPU the rest of the machine used meanwhile.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n"
-        "  scripts/bench put-many -c 100 --size 1KiB --server both\n"
-        "  scripts/bench flood --reliable -p 50 -c 50\n"
-        "  scripts/bench compare --markdown-file BENCHMARKS-table.md\n"
-        "  scripts/bench backlog --size 1GiB --max-memory 16MiB\n"
-        "  scripts/bench profile --out /tmp/prof\n"
-        "  scripts/bench instances --max 2 --markdown",
+        epilog="more commands, each with its own --help:\n"
+        "  hotpath    the server's own Python cost per set/get/reliable item, in process\n"
+        "  soak       crash soak: kill -9 under mixed load, then check the ledger\n"
+        "  pipeline   the Spark data source against the plain-Python codec\n"
+        "\nexamples:\n"
+        "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
+        "  kestreld bench flood --reliable -p 50 -c 50\n"
+        "  kestreld bench compare --markdown-file BENCHMARKS-table.md\n"
+        "  kestreld bench backlog --size 1GiB --max-memory 16MiB\n"
+        "  kestreld bench profile --out /tmp/prof\n"
+        "  kestreld bench hotpath set get --connections 100\n"
+        "  kestreld bench instances --max 2 --markdown",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
 
@@ -468,7 +476,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for s in specs:
             print(f"{s.key:32} {s.describe()}")
         return 0
-    from bench_servers import ensure_memcached
+    from kestreld.bench.servers import ensure_memcached
 
     ensure_memcached()
     machine = machine_description()
@@ -482,7 +490,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     machine["loadavg at end"] = machine_description()["loadavg"]
     machine["loadavg"] = machine.pop("loadavg")
     targets = report.evaluate(rows, backlog)
-    command = "scripts/bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "kestreld bench " + " ".join(shlex.quote(a) for a in args.argv)
     print()
     print(report.compare_table(rows, args.markdown))
     if backlog:
@@ -583,8 +591,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+# commands that are programs of their own: name -> module whose main(argv) -> int runs it
+PROGRAMS = {
+    "hotpath": "kestreld.bench.hotpath",
+    "soak": "kestreld.bench.soak",
+    "pipeline": "kestreld.bench.pipeline",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] and argv[0] in PROGRAMS:
+        import importlib
+
+        return int(importlib.import_module(PROGRAMS[argv[0]]).main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # for the report's command line
     if args.command == "compare":
         return cmd_compare(args)
     if args.command == "backlog":

@@ -1,0 +1,7 @@
+# Cython declarations for codec.py (compiled when a compiler is present; see kestreld/compiled.py).
+# The encoders get C entry points for the compiled writer; scan() and the decoders are
+# compiled as they are (their indexes come from files: bounds checks stay on).
+
+cpdef bytes encode_put(object id, object add_time, object data, object expire_time=*, object error_count=*)
+cpdef bytes put_header(object id, object add_time, object size, object expire_time=*, object error_count=*)
+cpdef bytes encode_read_head(object id)

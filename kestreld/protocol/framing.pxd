@@ -1,0 +1,50 @@
+# Cython declarations for framing.py (compiled when a compiler is present; see kestreld/compiled.py).
+# The framing state is C fields; the parse loop's positions are C integers.  Bounds and
+# wraparound checks stay on: every index here comes from the wire.
+
+cimport cython
+
+cdef class Command:
+    cdef public bytes word
+    cdef public int shape
+    cdef public Py_ssize_t length_at
+    cdef public Py_ssize_t noreply_after
+    cdef public object run
+    cdef public object accept
+    cdef public bint waits_for_sets
+
+
+cdef class Sink:
+    cpdef int request(self, Command command, list args, bint quiet) except? -1
+    cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1
+    cpdef int block(self, Command command, list args, bytes data, bint quiet) except? -1
+    cpdef bad_block(self, bint quiet)
+    cpdef fatal(self, bytes reply)
+
+
+cdef class Framing:
+    cdef public dict table
+    cdef public Command unknown
+    cdef public Py_ssize_t max_line
+    cdef public bytes buf
+    cdef public list chunks
+    cdef public Py_ssize_t chunk_len
+    cdef public Py_ssize_t need
+    cdef public Py_ssize_t skip
+    cdef public Command block_command
+    cdef public list block_args
+    cdef public Py_ssize_t block_size
+    cdef public bint block_quiet
+    cdef public bint expect_end
+    cdef public bint drop_line
+
+    @cython.locals(n=Py_ssize_t)
+    cpdef object receive(self, bytes data)
+
+    @cython.locals(
+        pos=Py_ssize_t, end=Py_ssize_t, stop=Py_ssize_t, after=Py_ssize_t, nl=Py_ssize_t,
+        start=Py_ssize_t, size=Py_ssize_t, n=Py_ssize_t, need=Py_ssize_t, max_line=Py_ssize_t,
+        verdict=int, quiet=bint, byte=int, command=Command, table=dict, args=list, rest=bytes,
+        raw=bytes,
+    )
+    cpdef parse(self, Sink sink, bytes data)
