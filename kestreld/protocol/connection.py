@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kestreld.protocol.commands import COMMANDS, UNKNOWN, undo_confirm
+# The module, not its names: compiled, commands cimports this module's Connection, so
+# whichever of the two loads first finds the other only partly initialised.
+from kestreld.protocol import commands
 from kestreld.protocol.confirm_reply import ConfirmReply
 from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, Command, Framing, Sink
 from kestreld.protocol.replies import BAD_DATA_CHUNK, STORED, server_error
@@ -87,7 +89,7 @@ class Connection(Sink):
         self.stats = server.stats
         self.transport: asyncio.Transport | None = None
         self.peer = None
-        self.framing = Framing(COMMANDS, UNKNOWN, server.config.max_line_length)
+        self.framing = Framing(commands.COMMANDS, commands.UNKNOWN, server.config.max_line_length)
         #: Replies in request order: bytes, a set's pending journal batch, or a ConfirmReply.
         self.out: list[Any] = []
         self.out_size = 0  # large reply bytes in self.out
@@ -315,7 +317,7 @@ class Connection(Sink):
                     if part.__class__ is ConfirmReply:
                         ready.append(part.render())
                         if part.failed:
-                            undo_confirm(self, part)
+                            commands.undo_confirm(self, part)
                         continue
                     observe = self.server.latency_observer
                     if observe is not None:
