@@ -1,0 +1,99 @@
+"""The lazy file system itself: after a power cut only what was fsynced is there.
+
+These tests pin the model the power-loss suite relies on (POSIX's minimum):
+file data is durable after an fsync of the file, a name (create, rename,
+unlink) after an fsync of its folder, and nothing else.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+from support.power_loss import fsync_dir, lazyfs  # noqa: F401
+
+
+def _write(path, data: bytes, *, sync: bool) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+
+
+def test_unsynced_data_is_gone_synced_data_stays(lazyfs):
+    q = lazyfs.mount / "queues"
+    _write(q / "a", b"synced", sync=True)
+    _write(q / "b", b"never synced", sync=False)
+    fsync_dir(q)
+    with open(q / "a", "ab") as f:
+        f.write(b" and a tail nobody synced")
+    assert (q / "a").read_bytes() == b"synced and a tail nobody synced"
+
+    lazyfs.power_cut()
+
+    assert (q / "a").read_bytes() == b"synced"
+    # The name was durable (folder fsynced), the data never was.
+    assert (q / "b").read_bytes() == b""
+
+
+def test_unsynced_names_are_gone_synced_names_stay(lazyfs):
+    q = lazyfs.mount / "queues"
+    _write(q / "kept", b"x", sync=True)
+    fsync_dir(q)
+    _write(q / "fsynced-file-but-not-folder", b"data", sync=True)
+    os.mkdir(q / "sub")
+    (q / "kept").unlink()  # an unlink nobody made durable
+
+    lazyfs.power_cut()
+
+    assert sorted(os.listdir(q)) == ["kept"]
+    assert (q / "kept").read_bytes() == b"x"
+
+
+def test_unsynced_rename_is_undone_synced_rename_stays(lazyfs):
+    q = lazyfs.mount / "queues"
+    _write(q / "old", b"one", sync=True)
+    _write(q / "moved", b"two", sync=True)
+    fsync_dir(q)
+    os.replace(q / "moved", q / "moved-and-synced")
+    fsync_dir(q)
+    os.replace(q / "old", q / "new")
+
+    lazyfs.power_cut()
+
+    assert sorted(os.listdir(q)) == ["moved-and-synced", "old"]
+    assert (q / "old").read_bytes() == b"one"
+
+
+def test_rename_over_an_old_file_keeps_the_old_one_until_the_folder_is_synced(lazyfs):
+    q = lazyfs.mount / "queues"
+    _write(q / "cp", b"old", sync=True)
+    fsync_dir(q)
+    _write(q / "cp~~1", b"new", sync=True)
+    os.replace(q / "cp~~1", q / "cp")
+    assert (q / "cp").read_bytes() == b"new"
+
+    lazyfs.power_cut()
+
+    assert os.listdir(q) == ["cp"]
+    assert (q / "cp").read_bytes() == b"old"
+
+
+def test_crash_at_fails_that_fsync_and_every_later_one(lazyfs):
+    q = lazyfs.mount / "queues"
+    lazyfs.crash_at(2)
+    _write(q / "one", b"1", sync=True)  # boundary 1: durable
+    for _ in range(2):  # boundary 2 is the cut; later ones fail the same way
+        with pytest.raises(OSError) as e:
+            fsync_dir(q)
+        assert e.value.errno == errno.EIO
+    status = lazyfs.status()
+    assert status["cut"] and status["boundaries"] == 2
+
+    lazyfs.power_cut()
+
+    # The data of "one" was durable, its name never was.
+    assert os.listdir(q) == []
+    assert not lazyfs.status()["cut"]
