@@ -11,7 +11,12 @@ import errno
 import os
 
 import pytest
-from support.power_loss import fsync_dir, lazyfs  # noqa: F401
+from support import power_loss
+from support.power_loss import fsync_dir
+
+from kestreld.journal.checkpoint import read_checkpoint, write_checkpoint
+
+lazyfs = power_loss.lazyfs  # the fixture
 
 
 def _write(path, data: bytes, *, sync: bool) -> None:
@@ -97,3 +102,21 @@ def test_crash_at_fails_that_fsync_and_every_later_one(lazyfs):
     # The data of "one" was durable, its name never was.
     assert os.listdir(q) == []
     assert not lazyfs.status()["cut"]
+
+
+def test_checkpoint_rewrite_survives_a_power_cut(lazyfs):
+    """write_checkpoint promises 'the old or the new checkpoint': the new one once it returns.
+
+    Before the folder fsync after the rename, a power cut right after the
+    rewrite brought back the old checkpoint (or none at all).
+    """
+    path = str(lazyfs.mount / "queues" / "jobs.read.")
+    write_checkpoint(path, 5, [7])
+    write_checkpoint(path, 9, [11, 12])
+
+    lazyfs.power_cut()
+
+    cp = read_checkpoint(path)
+    assert cp is not None, "the checkpoint's name was never made durable"
+    assert (cp.head, cp.done) == (9, {11, 12})
+    assert os.listdir(lazyfs.mount / "queues") == ["jobs.read."]

@@ -2,7 +2,9 @@
 
 A checkpoint is rewritten whole and atomically: ``<file>~~<ms>`` is written
 and fsynced, then renamed over the old file, so a crash leaves either the old
-or the new checkpoint, never a torn one.
+or the new checkpoint, never a torn one.  The folder is fsynced after the
+rename: until then a power loss brings the old checkpoint back (or none), and
+a dead segment deleted on the strength of the new head could already be gone.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def write_checkpoint(path: str, head: int, done: list[int] | tuple[int, ...] | s
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        fsync_folder(os.path.dirname(path))
     except OSError:
         # A full disk fails every interval: leave no temporary behind each time.
         try:
@@ -63,3 +66,12 @@ def write_checkpoint(path: str, head: int, done: list[int] | tuple[int, ...] | s
         except OSError:
             pass
         raise
+
+
+def fsync_folder(folder: str) -> None:
+    """Make the names in ``folder`` (creates, renames, unlinks) survive a power loss."""
+    fd = os.open(folder or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
