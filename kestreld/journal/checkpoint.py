@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from kestreld.journal import codec
+from kestreld.journal.files import fsync_folder
 
 
 @dataclass(slots=True)
@@ -66,12 +67,3 @@ def write_checkpoint(path: str, head: int, done: list[int] | tuple[int, ...] | s
         except OSError:
             pass
         raise
-
-
-def fsync_folder(folder: str) -> None:
-    """Make the names in ``folder`` (creates, renames, unlinks) survive a power loss."""
-    fd = os.open(folder or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -45,6 +45,15 @@ def split_queue_name(name: str) -> tuple[str, str] | None:
     return queue, ""
 
 
+def fsync_folder(folder: str) -> None:
+    """Make the names in ``folder`` (creates, renames, unlinks) survive a power loss."""
+    fd = os.open(folder or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def segment_name(queue: str, stamp: int) -> str:
     return f"{queue}.{stamp}"
 

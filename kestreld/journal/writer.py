@@ -557,10 +557,11 @@ class WriterJournal:
     # --- dead segments ----------------------------------------------------------------
 
     def remove_dead(self, min_head: int, keep_from: int | None = None) -> list[str]:
-        """Delete (or archive) every segment but the newest whose ids are all <= min_head.
+        """Drop every segment but the newest whose ids are all <= min_head; returns their paths.
 
         Segments with a stamp >= ``keep_from`` (where a reader is still
-        reading) are kept whatever the heads say.
+        reading) are kept whatever the heads say.  The files themselves are
+        deleted or archived by ``retire.retire_segments``, off the event loop.
         """
         removed = []
         while len(self.segments) > 1:
@@ -569,18 +570,6 @@ class WriterJournal:
                 break
             self.segments.pop(0)
             self.release_reader_fd(seg)
-            try:
-                if self.archive_path:
-                    os.makedirs(self.archive_path, exist_ok=True)
-                    os.replace(
-                        seg.path, os.path.join(self.archive_path, os.path.basename(seg.path))
-                    )
-                else:
-                    os.unlink(seg.path)
-            except OSError as e:
-                log.warning(
-                    "segment_removal_failed", queue=self.queue, path=seg.path, error=e.strerror
-                )
             removed.append(seg.path)
         return removed
 

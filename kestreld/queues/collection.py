@@ -12,6 +12,7 @@ import structlog
 from kestreld.config import ServerConfig
 from kestreld.journal.checkpoint import write_checkpoint
 from kestreld.journal.files import scan_folder, split_queue_name
+from kestreld.journal.retire import retire_segments
 from kestreld.journal.writer import JournalWriteError
 from kestreld.queues.item import QueueItem
 from kestreld.queues.journaled_queue import JournaledQueue, QueueFull
@@ -212,7 +213,17 @@ class QueueCollection:
                 await loop.run_in_executor(self.executor, _write_all, jobs)
             for queue in list(self.queues.values()):
                 if not queue.deleted:
-                    for path in queue.remove_dead_segments():
+                    dead = queue.remove_dead_segments()
+                    if dead:
+                        await loop.run_in_executor(
+                            self.executor,
+                            retire_segments,
+                            queue.name,
+                            queue.folder,
+                            dead,
+                            self.config.archive_path,
+                        )
+                    for path in dead:
                         log.debug("segment_retired", queue=queue.name, path=path)
         finally:
             self._checkpointing = False

@@ -269,6 +269,14 @@ def _server_main(backing: str, mount: str, control: str) -> None:
                 os.rename(self._real(old), self._real(new))
                 np.entries[nname] = op.entries.pop(oname)
 
+        def link(self, target, source):
+            """A hard link: one node under two names (after a power cut: two copies)."""
+            with self.mutex:
+                node = self._lookup(source)
+                parent, name = self._parent(target)
+                os.link(self._real(source), self._real(target))
+                parent.entries[name] = node
+
         def chmod(self, path, mode):
             os.chmod(self._real(path), mode)
 
