@@ -54,6 +54,19 @@ def fsync_folder(folder: str) -> None:
         os.close(fd)
 
 
+def make_folders(path: str) -> None:
+    """``os.makedirs`` whose new folders survive a power loss (each parent fsynced)."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    make_folders(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    fsync_folder(parent)
+
+
 def segment_name(queue: str, stamp: int) -> str:
     return f"{queue}.{stamp}"
 

@@ -38,6 +38,7 @@ from typing import TextIO
 from kestreld.journal import codec
 from kestreld.journal.files import (
     checkpoint_name,
+    make_folders,
     scan_folder,
     segment_name,
     split_queue_name,
@@ -520,7 +521,8 @@ def import_kestrel2(
         print("dry run: nothing written", file=out)
         return report
 
-    os.makedirs(new_dir, exist_ok=True)
+    # Durably: the files are fsynced into new_dir, so new_dir's own name must be too.
+    make_folders(new_dir)
     with ItemData() as data:
         try:
             journals = {}

@@ -20,7 +20,7 @@ import os
 
 import structlog
 
-from kestreld.journal.files import fsync_folder
+from kestreld.journal.files import fsync_folder, make_folders
 
 log = structlog.get_logger("kestreld.journal")
 
@@ -32,7 +32,7 @@ def retire_segments(queue: str, folder: str, paths: list[str], archive_path: str
     keep: set[str] = set()
     if archive_path:
         try:
-            _make_folder(archive_path)
+            make_folders(archive_path)
         except OSError as e:
             log.warning("archive_failed", queue=queue, path=archive_path, error=e.strerror)
             return  # the segments stay; they are found and retired again after a restart
@@ -72,16 +72,3 @@ def retire_segments(queue: str, folder: str, paths: list[str], archive_path: str
         fsync_folder(folder)
     except OSError as e:
         log.warning("segment_removal_failed", queue=queue, path=folder, error=e.strerror)
-
-
-def _make_folder(path: str) -> None:
-    """``makedirs`` whose new folders' names are durable too."""
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    _make_folder(parent)
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        return
-    fsync_folder(parent)
