@@ -266,6 +266,7 @@ def test_scripted_workload_cut_at_every_few_boundaries(lazyfs, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # ~40 restarts: 80 s on a quiet machine
 def test_scripted_workload_cut_at_every_boundary(lazyfs, tmp_path):
     report = _walk(lazyfs, tmp_path, step=1)
     print(f"\npower-loss walk (every boundary): {report.line()}")
