@@ -43,17 +43,23 @@ def retire_segments(queue: str, folder: str, paths: list[str], archive_path: str
             except FileExistsError:
                 pass  # archived before a power loss brought the original back
             except OSError as e:
-                # Another file system (EXDEV) or no hard links: keep the segment.
-                keep.add(path)
-                log.warning(
-                    "segment_archive_failed",
-                    queue=queue,
-                    path=path,
-                    error=e.strerror,
-                    hint="archive_path must be on the queue folder's file system"
-                    if e.errno == errno.EXDEV
-                    else None,
-                )
+                if e.errno == errno.EXDEV:
+                    keep.add(path)  # another file system: neither a link nor a rename works
+                    log.warning(
+                        "segment_archive_failed",
+                        queue=queue,
+                        path=path,
+                        error=e.strerror,
+                        hint="archive_path must be on the queue folder's file system",
+                    )
+                    continue
+                # A file system without hard links: a rename, as before, with the gap
+                # (removal durable before arrival) a concurrent folder fsync can open.
+                try:
+                    os.replace(path, target)
+                except OSError as e2:
+                    keep.add(path)
+                    log.warning("segment_archive_failed", queue=queue, path=path, error=e2.strerror)
         try:
             fsync_folder(archive_path)
         except OSError as e:

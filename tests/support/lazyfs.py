@@ -284,7 +284,10 @@ def _server_main(backing: str, mount: str, control: str) -> None:
             os.chown(self._real(path), uid, gid)
 
         def utimens(self, path, times=None):
-            os.utime(self._real(path), ns=times)
+            if times is None:
+                os.utime(self._real(path))
+            else:
+                os.utime(self._real(path), ns=times)
 
         def truncate(self, path, length, fh=None):
             with self.mutex:
