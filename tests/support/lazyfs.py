@@ -39,6 +39,9 @@ import threading
 import time
 from pathlib import Path
 
+# libfuse3 even where libfuse2 is installed too (mfusepy would take "fuse" first).
+os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
+
 #: Why the power-loss tests cannot run here; None when they can.
 _unavailable: str | None | bool = False
 
