@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import shutil
 import socket
 import stat
@@ -41,6 +42,10 @@ from pathlib import Path
 
 # libfuse3 even where libfuse2 is installed too (mfusepy would take "fuse" first).
 os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
+
+#: Unit of a partial write-back: a disk sector (a page being written back when the
+#: power fails can land partly, sector by sector).
+SECTOR = 512
 
 #: Why the power-loss tests cannot run here; None when they can.
 _unavailable: str | None | bool = False
@@ -161,7 +166,7 @@ def _server_main(backing: str, mount: str, control: str) -> None:
                     self.boundaries = 0
                     self.cut = False
                 elif op == "power_cut":
-                    self._power_cut()
+                    self._power_cut(float(req.get("writeback", 0.0)), req.get("seed"))
                 elif op == "sync_all":
                     self._sync_all(self.root, "/")
                 elif op != "status":
@@ -185,7 +190,9 @@ def _server_main(backing: str, mount: str, control: str) -> None:
                     child.dirty_from = None
             node.durable_entries = dict(node.entries)
 
-        def _power_cut(self) -> None:
+        def _power_cut(self, writeback: float, seed) -> None:
+            if writeback > 0:
+                self._write_back(self.root, backing, random.Random(seed), writeback)
             for fd, _node in self.handles.values():
                 try:
                     os.close(fd)
@@ -203,6 +210,29 @@ def _server_main(backing: str, mount: str, control: str) -> None:
             self.crash_at = None
             self.cut = False
             self.boundaries = 0
+
+        def _write_back(self, node: Node, real: str, rng: random.Random, share: float) -> None:
+            """Before the cut, some unsynced sectors happened to reach the disk.
+
+            Each 512-byte sector changed since the file's last fsync reaches the disk
+            with probability ``share``, in no order: a later sector can land
+            while an earlier one does not (a hole of zeros where the file grew).
+            """
+            for name, child in node.entries.items():
+                full = os.path.join(real, name)
+                if child.is_dir:
+                    self._write_back(child, full, rng, share)
+                    continue
+                if child.dirty_from is None:
+                    continue
+                with open(full, "rb") as f:
+                    current = f.read()
+                for start in range(child.dirty_from // SECTOR * SECTOR, len(current), SECTOR):
+                    if rng.random() < share:
+                        sector = current[start : start + SECTOR]
+                        if len(child.durable) < start:
+                            child.durable.extend(bytes(start - len(child.durable)))
+                        child.durable[start : start + len(sector)] = sector
 
         def _restore(self, node: Node, real: str) -> None:
             node.entries = dict(node.durable_entries)
@@ -467,9 +497,13 @@ class LazyFS:
             raise RuntimeError(f"lazyfs: {reply['error']}")
         return reply
 
-    def power_cut(self) -> dict:
-        """Drop everything not durable (kill the programs using the mount first)."""
-        return self._request(op="power_cut")
+    def power_cut(self, writeback: float = 0.0, seed: int | None = None) -> dict:
+        """Drop everything not durable (kill the programs using the mount first).
+
+        ``writeback`` > 0: each unsynced 512-byte sector of file data reached the disk
+        anyway with that probability, in no order (names stay POSIX-minimal).
+        """
+        return self._request(op="power_cut", writeback=writeback, seed=seed)
 
     def crash_at(self, n: int) -> dict:
         """Cut at the n-th durability boundary from now (that fsync fails with EIO)."""
