@@ -24,7 +24,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 COPY --from=build /wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels kestreld \
  && rm -rf /tmp/wheels \
- && python -c "import uvloop, kestreld.protocol.server"
+ && python -c "import uvloop, kestreld.server"
 # A fixed, unprivileged uid/gid, so that volume permissions are predictable.
 RUN groupadd --system --gid 10001 kestrel \
  && useradd --system --uid 10001 --gid kestrel --no-create-home \

@@ -17,10 +17,10 @@ import sys
 
 # sub-command -> module whose main(argv) -> int runs it
 _TOOLS = {
-    ("journal", "dump"): "kestreld.journal.dump",
-    ("journal", "import-kestrel2"): "kestreld.journal.kestrel2_import",
+    ("journal", "dump"): "kestreld.tools.dump",
+    ("journal", "import-kestrel2"): "kestreld.tools.kestrel2_import",
     ("analyze",): "kestreld.pipeline.analyze",
-    ("ping",): "kestreld.protocol.ping",
+    ("ping",): "kestreld.tools.ping",
 }
 
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
-    from kestreld.protocol.server import run_server
+    from kestreld.server import run_server
 
     overrides = {
         k: v

@@ -7,9 +7,28 @@ import sys
 
 import structlog
 
+#: The level events must reach; a reload changes it (set_log_level) for loggers
+#: already in use too, which a filtering wrapper class, cached on first use, would not.
+_min_level = [logging.INFO]
+
+
+def _level_number(level: str) -> int:
+    return getattr(logging, level.upper(), logging.INFO)
+
+
+def _drop_below_level(logger: object, method: str, event: dict) -> dict:
+    if _level_number(method) < _min_level[0]:
+        raise structlog.DropEvent
+    return event
+
+
+def set_log_level(level: str) -> None:
+    """Apply a new level at once, to every logger (``reload`` with a new ``log_level``)."""
+    _min_level[0] = _level_number(level)
+
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    lvl = getattr(logging, level.upper(), logging.INFO)
+    _min_level[0] = _level_number(level)
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -17,13 +36,14 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
     )
     structlog.configure(
         processors=[
+            _drop_below_level,
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )

@@ -168,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--reliable", action="store_true", help="consumers use get q/close/open")
     p.add_argument("--wait-ms", type=int, default=100, help="consumers' /t= (default: 100)")
+    p.add_argument(
+        "--sync-journal",
+        type=int,
+        default=None,
+        help="kestreld sync_journal; 0 = STORED and confirms only after fsync (group commit)",
+    )
     item_args(p, items=100_000)
     common(p)
 
@@ -313,7 +319,7 @@ def spec_from(args: argparse.Namespace) -> Spec:
         spec.connections = args.connections
     else:
         spec.producers = args.producers
-    if args.command == "put-many":
+    if args.command in ("put-many", "flood"):
         spec.sync_journal = args.sync_journal
     if args.command in ("flood", "leaky-reader", "many-clients"):
         spec.connections = args.consumers

@@ -28,11 +28,15 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support")
+)
+
+from memory_transport import MemoryTransport  # noqa: E402
 
 from kestreld.log import configure_logging  # noqa: E402
 from kestreld.protocol.connection import MemcacheConnection  # noqa: E402
-from kestreld.protocol.memory_transport import MemoryTransport  # noqa: E402
-from kestreld.protocol.server import Server, build_server_config  # noqa: E402
+from kestreld.server import Server, build_server_config  # noqa: E402
 
 
 async def _rounds(conns, request: bytes, rounds: int) -> float:

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
+# The harness (process, raw connection, in-memory transport) lives in tests/support/.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 
 from kestreld_process import Conn, KestreldProcess  # noqa: E402
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from memory_transport import MemoryTransport
 
 from kestreld.protocol.connection import MemcacheConnection
-from kestreld.protocol.memory_transport import MemoryTransport
-from kestreld.protocol.server import Server, build_server_config
+from kestreld.server import Server, build_server_config
 
 
 @pytest.fixture

@@ -283,6 +283,71 @@ def test_checkpoint_head_with_its_sign_bit_flipped_redelivers_instead_of_losing(
     assert set(UNCONSUMED) <= set(got_ids)
 
 
+# --- the progress file: a checkpoint plus appended confirms ----------------------------------
+
+# The checkpoint, then two ticks of confirms appended: 5, then 3 and 8.
+APPENDS = ((5,), (3, 8))
+PROGRESS = CHECKPOINT + b"".join(codec.encode_read_done(list(ids)) for ids in APPENDS)
+PROGRESS_ENDS = [len(CHECKPOINT)]
+for _ids in APPENDS:
+    PROGRESS_ENDS.append(PROGRESS_ENDS[-1] + len(codec.encode_read_done(list(_ids))))
+
+
+def _unconsumed_after(records: int) -> list[int]:
+    """Unconsumed ids when the checkpoint and the first ``records`` appends are read."""
+    consumed = {i for i in range(1, HEAD + 1)} | set(DONE)
+    for ids in APPENDS[:records]:
+        consumed |= set(ids)
+    return [i for i in [*OLD_IDS, *NEW_IDS] if i not in consumed]
+
+
+def test_progress_file_with_appended_confirms_loads_exactly(tmp_path, logs):
+    _write(tmp_path / "q", checkpoint=PROGRESS)
+    assert [i for i, _ in _load_and_drain(tmp_path / "q")] == _unconsumed_after(len(APPENDS))
+    assert not logs.named("journal_repaired")
+
+
+def test_every_truncation_of_the_appended_confirms_falls_back_to_the_last_whole_record(
+    tmp_path, logs
+):
+    folder = tmp_path / "q"
+    for cut in range(len(CHECKPOINT), len(PROGRESS) + 1):
+        logs.events.clear()
+        _write(folder, checkpoint=PROGRESS[:cut])
+        whole = sum(1 for end in PROGRESS_ENDS[1:] if end <= cut)
+        got = [i for i, _ in _load_and_drain(folder)]
+        assert got == _unconsumed_after(whole), f"cut at {cut}"
+        torn = cut not in PROGRESS_ENDS
+        assert bool(logs.named("journal_repaired")) == torn, f"cut at {cut}"
+        # The torn tail was cut: the file reads cleanly, and appends land on a record boundary.
+        decoded = codec.decode_file((folder / checkpoint_name(Q, "")).read_bytes())
+        assert decoded.problem is None, f"cut at {cut}: {decoded.problem}"
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(flips=flip_lists)
+def test_byte_flips_in_the_appended_confirms_never_stop_start_up(tmp_path, logs, flips):
+    folder = tmp_path / "q"
+    span = len(PROGRESS) - len(CHECKPOINT)
+    flips = [(len(CHECKPOINT) + pos % span, mask) for pos, mask in flips]
+    damaged = _flip(PROGRESS, flips)
+    _write(folder, checkpoint=damaged)
+    got = [i for i, _ in _load_and_drain(folder)]
+    assert got == sorted(set(got)), "each item once, in order"
+    # Damage to a command byte or a length word cuts the file there: the records
+    # before it still count, nothing unconfirmed is lost.
+    structural = set()
+    for start in PROGRESS_ENDS[:-1]:
+        structural |= set(range(start, start + 5))
+    changed = [pos for pos in range(len(PROGRESS)) if damaged[pos] != PROGRESS[pos]]
+    first = min(changed, default=len(PROGRESS))
+    if all(pos in structural for pos in changed):
+        whole = sum(1 for end in PROGRESS_ENDS[1:] if end <= first)
+        assert set(_unconsumed_after(whole)) <= set(got), "falls back, never loses"
+
+
 # --- the same damage through a real server -----------------------------------------------------
 
 

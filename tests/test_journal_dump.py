@@ -8,7 +8,7 @@ from test_kestrel2_encoding import add, addx, remove, remove_tentative_xid, writ
 
 from kestreld import cli
 from kestreld.journal import codec
-from kestreld.journal.dump import iso_time, main, preview
+from kestreld.tools.dump import iso_time, main, preview
 
 T = 1_700_000_000_000  # 2023-11-14T22:13:20.000Z
 

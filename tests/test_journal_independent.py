@@ -28,15 +28,23 @@ def decode_writer(data: bytes) -> list[tuple[int, int, int, int, bytes]]:
 
 
 def decode_reader(data: bytes) -> tuple[int, list[int]]:
+    """(head, done ids) of a reader file, straight from the spec: READ_HEAD, then records
+    read in order; every READ_DONE adds its ids (a progress file appends one per tick)."""
     assert data[:4] == bytes([0x26, 0x3C, 0x26, 0x03])
     assert data[4] == 0x02
     head = struct.unpack("<q", data[5:13])[0]
     done: list[int] = []
-    if len(data) > 13:
-        assert data[13] == 0x91
-        nbytes = struct.unpack("<i", data[14:18])[0]
-        done = list(struct.unpack(f"<{nbytes // 8}q", data[18 : 18 + nbytes]))
-    return head, done
+    pos = 13
+    while pos < len(data) and data[pos] != 0:
+        assert data[pos] == 0x91, f"unexpected command byte {data[pos]:#x} at {pos}"
+        nbytes = struct.unpack("<i", data[pos + 1 : pos + 5])[0]
+        done += struct.unpack(f"<{nbytes // 8}q", data[pos + 5 : pos + 5 + nbytes])
+        pos += 5 + nbytes
+    assert pos == len(data), "no torn record"
+    ids = set(done)
+    while head + 1 in ids:  # ids done right after the head move it (the same state)
+        head += 1
+    return head, sorted(i for i in ids if i > head)
 
 
 def encode_put(id_: int, add: int, body: bytes, expire: int = 0) -> bytes:
@@ -99,3 +107,27 @@ def test_server_serves_a_folder_written_by_an_independent_encoder(make_server, t
         for p in decode_writer((folder / n).read_bytes())
     ]
     assert ids[-1] == 7
+
+
+def test_progress_file_after_kill_decodes_with_the_independent_decoder(make_server):
+    """Confirms appended since the last rewrite: several READ_DONE records after the
+    checkpoint's own; a decoder that only knows the format reads the same state."""
+    srv = make_server('checkpoint_interval = "1h"\n')  # no rewrite: only appends
+    c = Conn(srv.connect())
+    for i in range(8):
+        c.set("multi", f"m{i}")
+    assert c.get("multi") == b"m0"  # plain get: one append
+    assert c.get("multi/open") == b"m1"
+    assert c.get("multi/close") is None  # one append
+    b = Conn(srv.connect())
+    assert b.get("multi/open") == b"m2"
+    assert c.get("multi/open") == b"m3"
+    assert c.get("multi/close") is None  # 4 confirmed, 3 still open
+    srv.kill()
+    data = (srv.queue_path / "multi.read.").read_bytes()
+    assert data.count(b"\x91") >= 4, "a checkpoint plus appended READ_DONE records"
+    head, done = decode_reader(data)
+    assert (head, done) == (2, [4])
+    srv.start()
+    c = Conn(srv.connect())
+    assert [c.get("multi") for _ in range(5)] == [b"m2", b"m4", b"m5", b"m6", b"m7"]

@@ -28,7 +28,7 @@ from test_kestrel2_encoding import (
 from kestreld import cli
 from kestreld.journal import codec
 from kestreld.journal.files import scan_folder
-from kestreld.journal.kestrel2_import import SEGMENT_LIMIT, import_kestrel2, main
+from kestreld.tools.kestrel2_import import SEGMENT_LIMIT, import_kestrel2, main
 
 T = 1_700_000_000_000
 NOW = 1_800_000_000_000

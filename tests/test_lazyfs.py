@@ -14,7 +14,8 @@ import pytest
 from support import power_loss
 from support.power_loss import fsync_dir
 
-from kestreld.journal.checkpoint import read_checkpoint, write_checkpoint
+from kestreld.journal.checkpoint import read_checkpoint
+from kestreld.journal.progress import rewrite
 
 lazyfs = power_loss.lazyfs  # the fixture
 
@@ -105,14 +106,14 @@ def test_crash_at_fails_that_fsync_and_every_later_one(lazyfs):
 
 
 def test_checkpoint_rewrite_survives_a_power_cut(lazyfs):
-    """write_checkpoint promises 'the old or the new checkpoint': the new one once it returns.
+    """A progress-file rewrite promises 'the old or the new file': the new one once it returns.
 
     Before the folder fsync after the rename, a power cut right after the
     rewrite brought back the old checkpoint (or none at all).
     """
     path = str(lazyfs.mount / "queues" / "jobs.read.")
-    write_checkpoint(path, 5, [7])
-    write_checkpoint(path, 9, [11, 12])
+    rewrite(path, 5, [7], sync_folder=True)
+    rewrite(path, 9, [11, 12], sync_folder=True)
 
     lazyfs.power_cut()
 

@@ -106,11 +106,17 @@ def test_gets_is_get(conn, qname):
     assert conn.read_value() == b"z"
 
 
-def test_extra_keys_after_the_first_are_ignored(conn, qname):
+def test_multi_key_get_answers_one_item_per_queue(conn, qname):
     conn.set(qname, "one")
     conn.set(qname + "b", "two")
-    conn.send(f"get {qname} {qname}b\r\n")
-    assert conn.read_value() == b"one"
+    conn.send(f"get {qname} {qname}b {qname}c\r\n")
+    assert conn.until_end() == [
+        f"VALUE {qname} 0 3".encode(),
+        b"one",
+        f"VALUE {qname}b 0 3".encode(),
+        b"two",
+        b"END",
+    ]
 
 
 def test_peek_returns_head_without_removing(conn, qname):
@@ -250,10 +256,11 @@ def test_huge_declared_size_is_discarded_as_it_arrives(make_server):
     srv = make_server("max_item_size = 1024\n")
     c = Conn(srv.connect())
     c.send(b"set q 0 0 50000000\r\n")
+    assert c.line() == b"NOT_STORED"  # answered at once, from the line alone
     chunk = b"y" * 65536
     for _ in range(100):  # 6.5 MB of a 50 MB block: none of it is buffered
         c.send(chunk)
-    c.send("version\r\n")  # still inside the data block: no reply yet
+    c.send("version\r\n")  # still inside the data block: it is payload, not a command
     c.sock.settimeout(0.3)
     with pytest.raises((TimeoutError, socket.timeout)):
         c.line()

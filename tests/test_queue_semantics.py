@@ -280,7 +280,7 @@ def test_fanout_readers_are_independent(conn, qname):
     assert [conn.get(f"{qname}+a") for _ in range(3)] == [b"0", b"1", b"2"]
     assert conn.get(f"{qname}+b/open") == b"0"
     stats = conn.stats()
-    assert stats[f"queue_{qname}_children"] == "2"
+    assert stats[f"queue_{qname}_children"] == "a,b"
     assert stats[f"queue_{qname}+a_items"] == "0"
     assert stats[f"queue_{qname}+b_items"] == "2"
     assert stats[f"queue_{qname}_items"] == "3"

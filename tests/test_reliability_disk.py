@@ -106,6 +106,20 @@ def _numbers(values: list[bytes]) -> list[int]:
     return [int(v[:8]) for v in values]
 
 
+def _get_or_refused(c: Conn, key: str) -> bytes | None:
+    """A get's item, None for END, or the SERVER_ERROR line of a confirm that could not be made durable."""
+    c.send(f"get {key}\r\n")
+    line = c.line()
+    if line.startswith(b"SERVER_ERROR"):
+        return line
+    if line == b"END":
+        return None
+    assert line.startswith(b"VALUE "), line
+    data = c.exact(int(line.split()[3]) + 2)[:-2]
+    assert c.line() == b"END"
+    return data
+
+
 def _drain(c: Conn, queue: str) -> list[bytes]:
     out = []
     while (v := c.get(queue)) is not None:
@@ -123,10 +137,14 @@ def _segment_paths(folder: Path, queue: str) -> list[Path]:
 # --- a full disk ---------------------------------------------------------------------------
 
 
-def _full_disk_server(tmpfs, servers, config: str = "") -> tuple[KestreldProcess, Path, Path]:
+def _full_disk_server(
+    tmpfs, servers, checkpoint_interval: str = "100ms"
+) -> tuple[KestreldProcess, Path, Path]:
     point = tmpfs("2m")
     folder = point / "queues"
-    srv = _start(servers, folder, 'sync_journal = 0\ncheckpoint_interval = "100ms"\n' + config)
+    srv = _start(
+        servers, folder, f'sync_journal = 0\ncheckpoint_interval = "{checkpoint_interval}"\n'
+    )
     ballast = point / "ballast"
     free = shutil.disk_usage(point).free
     with open(ballast, "wb") as f:
@@ -152,17 +170,34 @@ def test_full_disk_set_gets_server_error_and_nothing_acknowledged_is_lost(tmpfs,
         assert codec.decode_file(path.read_bytes()).problem is None, "no torn record left behind"
 
 
-def test_full_disk_reads_and_stats_keep_working(tmpfs, servers):
-    srv, _, _ = _full_disk_server(tmpfs, servers)
+def test_full_disk_confirms_get_server_error_and_stay_open_while_peeks_and_stats_work(
+    tmpfs, servers
+):
+    # No rewrite before the disk fills: the progress file must be created by the first confirm.
+    srv, _, ballast = _full_disk_server(tmpfs, servers, "1h")
     c = Conn(srv.connect())
     acked, _ = _fill_until_refused(c, "reads")
-    assert _numbers([c.get("reads") for _ in range(3)]) == acked[:3]
-    assert c.get("reads/open")[:8] == b"%08d" % acked[3]
+    refused = _get_or_refused(c, "reads")
+    assert refused.startswith(b"SERVER_ERROR") and b"No space left" in refused, refused
+    assert c.get("reads/open")[:8] == b"%08d" % acked[0], "the refused plain get gave it back"
     c.send("get reads/close\r\n")
-    assert c.line() == b"END"
-    assert int(c.stats()["queue_reads_items"]) >= len(acked) - 4
+    reply = c.line()
+    assert reply.startswith(b"SERVER_ERROR") and b"No space left" in reply, reply
+    assert c.stats()["queue_reads_open_transactions"] == "1", "the read stays open"
+    c.send("get reads/close/open\r\n")
+    reply = c.line()
+    assert reply.startswith(b"SERVER_ERROR"), reply
+    assert c.stats()["queue_reads_open_transactions"] == "1", "nothing new opened either"
     other = Conn(srv.connect())
-    assert other.get("reads/peek")[:8] == b"%08d" % acked[4]
+    assert other.get("reads/peek")[:8] == b"%08d" % acked[1]
+    assert int(c.stats()["queue_reads_items"]) == len(acked) - 1
+    ballast.unlink()
+    c.send("get reads/close\r\n")
+    assert c.line() == b"END", "the same read is confirmed once there is space"
+    assert _numbers([c.get("reads") for _ in range(2)]) == acked[1:3]
+    srv.restart(crash=True)
+    c = Conn(srv.connect())
+    assert _numbers(_drain(c, "reads")) == acked[3:], "acknowledged confirms stay confirmed"
 
 
 def test_full_disk_recovers_by_itself_when_space_returns(tmpfs, servers):
@@ -180,22 +215,22 @@ def test_full_disk_recovers_by_itself_when_space_returns(tmpfs, servers):
     assert srv.events("journal_write_failed"), "the failure was logged"
 
 
-def test_full_disk_confirms_reach_the_checkpoint_once_space_returns(tmpfs, servers):
-    srv, _, ballast = _full_disk_server(tmpfs, servers)
+def test_full_disk_confirms_refused_then_durable_once_space_returns(tmpfs, servers):
+    srv, _, ballast = _full_disk_server(tmpfs, servers, "1h")
     c = Conn(srv.connect())
     acked, _ = _fill_until_refused(c, "cp")
-    # Fill the last bytes too, so even a checkpoint cannot be written.
+    # Fill the last bytes too, so neither an append nor a rewrite can be written.
     with open(ballast, "ab") as f:
         try:
             f.write(b"\0" * (1 << 20))
         except OSError:
             pass
-    taken = _numbers([c.get("cp") for _ in range(10)])
-    time.sleep(0.5)
-    assert srv.events("checkpoint_failed"), "a checkpoint that cannot be written is reported"
+    replies = [_get_or_refused(c, "cp") for _ in range(5)]
+    assert all(r.startswith(b"SERVER_ERROR") for r in replies), replies
+    assert srv.events("progress_write_failed"), "a confirm that cannot be written is reported"
     ballast.unlink()
-    time.sleep(0.6)  # a few checkpoint intervals with space again
-    srv.restart(crash=True)
+    taken = _numbers([c.get("cp") for _ in range(10)])
+    srv.restart(crash=True)  # no rewrite ran: the appended confirms alone must hold
     c = Conn(srv.connect())
     assert taken == acked[:10]
     assert _numbers(_drain(c, "cp")) == acked[10:], "confirmed items did not come back"
@@ -206,6 +241,7 @@ def test_item_refused_with_server_error_is_never_delivered(tmpfs, servers):
     c = Conn(srv.connect())
     acked, _ = _fill_until_refused(c, "phantom")
     refused = acked[-1] + 1
+    ballast.unlink()
     assert refused not in _numbers(_drain(c, "phantom"))
 
 
@@ -236,7 +272,11 @@ def test_read_only_folder_refuses_new_files_serves_reads_and_recovers(tmp_path, 
         ]
         reply = c.set("newqueue", _item(0))
         assert reply.startswith(b"SERVER_ERROR") and b"Read-only file system" in reply, reply
-        assert _numbers([c.get("ro") for _ in range(2)]) == acked[:2]
+        # A get confirms: delivered if its append still works, else refused and kept.
+        got = [_get_or_refused(c, "ro") for _ in range(2)]
+        delivered = [g for g in got if not g.startswith(b"SERVER_ERROR")]
+        assert all(b"Read-only file system" in g for g in got if g not in delivered), got
+        assert _numbers(delivered) == acked[: len(delivered)]
         assert c.stats()["curr_connections"] == "1"
         time.sleep(0.3)
         assert srv.events("checkpoint_failed")
@@ -248,7 +288,7 @@ def test_read_only_folder_refuses_new_files_serves_reads_and_recovers(tmp_path, 
     time.sleep(0.3)
     srv.restart(crash=True)
     c = Conn(srv.connect())
-    assert _numbers(_drain(c, "ro")) == acked[2:] + [100]
+    assert _numbers(_drain(c, "ro")) == acked[len(delivered) :] + [100]
     assert _numbers(_drain(c, "newqueue")) == [1]
 
 
@@ -354,6 +394,7 @@ def test_unwritable_folder_refuses_new_queues_and_checkpoints_clearly(nobody_dir
     c = Conn(srv.connect())
     for i in range(5):
         assert c.set("perm", str(i)) == b"STORED"
+    time.sleep(0.3)  # the progress file exists: appends need no new file
     nobody_dir.chmod(0o555)
     try:
         reply = c.set("brandnew", "x")
@@ -446,7 +487,7 @@ def test_failing_checkpoint_writes_leave_no_temporaries_behind(tmpfs, servers):
         except OSError:
             pass
     for _ in range(5):
-        c.get("tmpleft")
+        _get_or_refused(c, "tmpleft")  # refused (disk full): the rewrite is retried
         time.sleep(0.15)  # one failing checkpoint per interval
     assert srv.events("checkpoint_failed")
     leftovers = [n for n in os.listdir(folder) if "~~" in n]

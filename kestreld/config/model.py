@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from kestreld.journal.files import split_queue_name
+from kestreld.names import split_queue_name
 
 KiB = 1024
 MiB = 1024 * KiB

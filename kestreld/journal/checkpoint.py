@@ -1,20 +1,16 @@
-"""Reader checkpoints: ``<queue>.read.<reader>`` holding the head and the done-set.
+"""Reading a reader's progress file ``<queue>.read.<reader>``.
 
-A checkpoint is rewritten whole and atomically: ``<file>~~<ms>`` is written
-and fsynced, then renamed over the old file, so a crash leaves either the old
-or the new checkpoint, never a torn one.  The folder is fsynced after the
-rename: until then a power loss brings the old checkpoint back (or none), and
-a dead segment deleted on the strength of the new head could already be gone.
+The file is a libkestrel checkpoint (READ_HEAD, READ_DONE) followed by the
+READ_DONE records of every confirm since its last rewrite (see
+:mod:`kestreld.journal.progress`, which writes it).  Its state is the last
+READ_HEAD and the union of the READ_DONE ids above it.
 """
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import dataclass
 
 from kestreld.journal import codec
-from kestreld.journal.files import fsync_folder
 
 
 @dataclass(slots=True)
@@ -25,10 +21,12 @@ class Checkpoint:
 
 
 def read_checkpoint(path: str) -> Checkpoint | None:
-    """The checkpoint at ``path``; None when there is no such file.
+    """The state in the progress file at ``path``; None when there is no such file.
 
-    A damaged file yields what could be read with ``problem`` set; a file
-    whose head cannot be read yields head 0 (re-deliver, never lose).
+    A torn or corrupt tail (a crash in the middle of an append) is dropped:
+    the state is that of the records before it, with ``problem`` saying what
+    was cut; at worst confirmed items come back, none is lost.  A file whose
+    head cannot be read yields head 0 (re-deliver, never lose).
     """
     try:
         with open(path, "rb") as f:
@@ -38,32 +36,4 @@ def read_checkpoint(path: str) -> Checkpoint | None:
     except OSError as e:
         return Checkpoint(0, set(), f"cannot read: {e.strerror}")
     head, done, problem = codec.decode_checkpoint(data)
-    if problem is not None:
-        # The done-set may be partial: keep only the head, which is safe (at worst
-        # confirmed items come back), unless the head itself was unreadable.
-        done = set()
     return Checkpoint(head, done, problem)
-
-
-def write_checkpoint(path: str, head: int, done: list[int] | tuple[int, ...] | set[int]) -> None:
-    """Atomically replace the checkpoint at ``path`` (blocking: run off the event loop)."""
-    tmp = f"{path}~~{int(time.time() * 1000)}"
-    data = codec.encode_checkpoint(head, sorted(done))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_folder(os.path.dirname(path))
-    except OSError:
-        # A full disk fails every interval: leave no temporary behind each time.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -277,7 +277,10 @@ def decode_file(data: bytes, *, include_data: bool = True) -> DecodedFile:
 
 
 def decode_checkpoint(data: bytes) -> tuple[int, set[int], str | None]:
-    """(head, done ids, problem) from a checkpoint file's bytes.
+    """(head, done ids, problem) from a reader's progress file.
+
+    The file is a checkpoint (READ_HEAD, READ_DONE) followed by any number of
+    appended READ_DONE records; the done ids are the union of them all.
 
     A damaged checkpoint yields what could be read and a problem; the caller
     decides how to fall back (kestreld re-delivers rather than loses).
@@ -287,12 +290,22 @@ def decode_checkpoint(data: bytes) -> tuple[int, set[int], str | None]:
         return 0, set(), decoded.problem or "not a reader checkpoint"
     head: int | None = None
     done: set[int] = set()
-    for rec in decoded.records:
+    problem = decoded.problem
+    for n, rec in enumerate(decoded.records):
         if isinstance(rec, ReadHead):
+            if n:
+                # Only the rewrite writes a READ_HEAD, first; appends are READ_DONEs.
+                # One further down is damage (a flipped command byte): stop there.
+                problem = f"READ_HEAD after the first record at offset {rec.offset}"
+                break
             head = rec.id
         elif isinstance(rec, ReadDone):
             done.update(rec.ids)
-    problem = decoded.problem
+        else:
+            # A progress file holds nothing else: a record of another kind is damage
+            # (a flipped command byte can make a skippable record), so stop there.
+            problem = f"unexpected record in a progress file at offset {rec.offset}"
+            break
     if head is None:
         return 0, set(), problem or "checkpoint has no READ_HEAD"
     return head, {i for i in done if i > head}, problem

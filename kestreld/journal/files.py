@@ -5,44 +5,29 @@
 - temporaries: any name containing ``~~`` (deleted at start-up)
 - ``.kestreld-status`` and ``.lock`` (server state)
 
-Queue names are ``[A-Za-z0-9_:-]{1,200}``; a fanout reader is ``queue+reader``.
-Because a legal queue name has no dot, everything before the first dot of a
-file name is its queue.
+Queue names follow :mod:`kestreld.names`.  Because a legal queue name has no
+dot, everything before the first dot of a file name is its queue.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 
 from kestreld.journal.codec import MAGIC_SIZE, READER_MAGIC, WRITER_MAGIC
 
-NAME_RE = re.compile(r"[A-Za-z0-9_:\-]{1,200}")
+# The name rules live in kestreld.names; re-exported for the journal's own users.
+from kestreld.names import (  # noqa: F401
+    MAX_FANOUT_NAME,
+    NAME_RE,
+    is_legal_name,
+    split_queue_name,
+)
+
 STATUS_FILE = ".kestreld-status"
 LOCK_FILE = ".lock"
 TEMP_MARK = "~~"
-#: Longest queue + reader name of a fanout reader: its checkpoint temporary
-#: "<queue>.read.<reader>~~<13-digit ms>" must fit the 255-byte file-name limit.
-MAX_FANOUT_NAME = 255 - len(".read.") - len("~~") - 13
 KESTREL2_OPCODES = frozenset(range(10))
-
-
-def is_legal_name(name: str) -> bool:
-    """A queue or reader name that can safely become part of a file name."""
-    return NAME_RE.fullmatch(name) is not None
-
-
-def split_queue_name(name: str) -> tuple[str, str] | None:
-    """``"q"`` -> ``("q", "")``, ``"q+r"`` -> ``("q", "r")``; None when illegal."""
-    queue, plus, reader = name.partition("+")
-    if not is_legal_name(queue):
-        return None
-    if plus:
-        if not is_legal_name(reader) or len(queue) + len(reader) > MAX_FANOUT_NAME:
-            return None
-        return queue, reader
-    return queue, ""
 
 
 def fsync_folder(folder: str) -> None:
@@ -156,3 +141,11 @@ def scan_folder(path: str) -> FolderScan:
     for files in queues.values():
         files.segments.sort()
     return FolderScan(queues, temporaries, kestrel2, unknown)
+
+
+def unlink_quietly(path: str) -> None:
+    """Remove a file that may already be gone (cleanup paths: the error is not news)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -4,8 +4,7 @@ A Kestrel 2.x queue keeps one journal file ``<queue>``, older rotated files
 ``<queue>.<ms>`` and possibly a pack file ``<queue>.<ms>.pack`` that replaces
 every rotated file with a timestamp <= its own.  There is no file header: a
 file is a sequence of operations, each an opcode byte and little-endian
-fields (table in ``docs/upgrade-from-kestrel2.md`` and
-``/work/shared/reference/journal.md``).  Replaying every file in order
+fields (table in ``docs/upgrade-from-kestrel2.md``).  Replaying every file in order
 rebuilds the queue.
 
 This module is the one reader of that format: ``kestreld journal

@@ -1,7 +1,7 @@
 """Retiring dead segments: deleted, or moved to ``archive_path``, without a power-loss gap.
 
 Runs off the event loop, after the checkpoints that made the segments dead
-were written: ``write_checkpoint`` fsyncs the queue folder, so a segment is
+were written: ``progress.rewrite`` fsyncs the queue folder, so a segment is
 only removed once the head that retired it is durable.
 
 Archiving links the segment into the archive, fsyncs the archive folder and

@@ -1,15 +1,11 @@
 """The writer journal: one queue's append-only chain of segments (libkestrel's ``Journal``).
 
-Puts are encoded into an in-memory buffer and written in batches: one
-``write`` per event-loop tick covers every put of that tick, whatever the
-number of connections.  Durability follows ``sync_journal``:
-
-- ``None``: never fsync explicitly; a put is acknowledged once written.
-- ``N`` ms: fsync at most every N ms (Kestrel's PeriodicSyncFile); a put is
-  acknowledged once written.
-- ``0``: a put is acknowledged only after an fsync covers it.  Fsyncs run off
-  the event loop and are shared (group commit): one fsync covers every batch
-  written before it started.
+Puts are encoded into an in-memory buffer and written in batches (group
+commit): one ``write`` per event-loop tick covers every put of that tick,
+whatever the number of connections, and the same tick appends each reader's
+confirms to its progress file (:mod:`kestreld.journal.progress`).  When the
+written batches are acknowledged is :mod:`kestreld.journal.periodic_sync`'s
+business (``sync_journal``).
 
 Each put returns the :class:`Batch` it joined; callers wait on it to learn
 whether the write (and fsync) succeeded.
@@ -20,55 +16,23 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import structlog
 
 from kestreld.journal import codec
-from kestreld.journal.files import segment_name
+from kestreld.journal.batch import Batch
+from kestreld.journal.cursor import SegmentReader
+from kestreld.journal.files import segment_name, unlink_quietly
+from kestreld.journal.periodic_sync import WRITE_RETRY_MS, PeriodicSync
+from kestreld.journal.progress import ProgressLog
 
 log = structlog.get_logger("kestreld.journal")
-
-#: After a failed write, puts are refused for this long before the next attempt.
-WRITE_RETRY_MS = 1000
-
-#: Called with the seconds each fsync took (set by the metrics endpoint).
-fsync_observer: Callable[[float], None] | None = None
 
 
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
-
-
-class Batch:
-    """Puts written together; resolved once written (and fsynced when required)."""
-
-    __slots__ = ("done", "error", "callbacks", "started", "end_segment", "end_offset")
-
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-        self.end_segment: Segment | None = None  # where its last put ends
-        self.end_offset = 0
-        self.done = False
-        self.error: str | None = None
-        self.callbacks: list[Callable[[Batch], None]] = []
-
-    def add_done_callback(self, fn: Callable[[Batch], None]) -> None:
-        if self.done:
-            fn(self)
-        else:
-            self.callbacks.append(fn)
-
-    def resolve(self, error: str | None = None) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.error = error
-        callbacks, self.callbacks = self.callbacks, []
-        for fn in callbacks:
-            fn(self)
 
 
 @dataclass(slots=True, eq=False)
@@ -104,7 +68,6 @@ class WriterJournal:
         self.folder = folder
         self.queue = queue
         self.max_journal_size = max_journal_size
-        self.sync_journal = sync_journal
         self.archive_path = archive_path
         self.executor = executor
         self.segments: list[Segment] = []
@@ -115,14 +78,20 @@ class WriterJournal:
         self._buf = bytearray()
         self._batch: Batch | None = None  # the batch the buffer belongs to
         self._flush_scheduled = False
-        self._unsynced: list[Batch] = []  # written, waiting for an fsync (sync_journal = 0)
-        self._retired_fds: list[int] = []  # rotated-out files to fsync then close
-        self._dir_dirty = False
-        self._syncing = False
-        self._sync_timer: asyncio.TimerHandle | None = None
-        self._failed_until = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._read_fds: dict[str, int] = {}
+        self.reader = SegmentReader()  # read-behind reads of every reader of the queue
+        self._progress: list[ProgressLog] = []  # readers' progress logs with confirms this tick
+        self.sync = PeriodicSync(
+            queue, folder, sync_journal, executor, self._acknowledge, lambda: self._fd
+        )
+
+    @property
+    def sync_journal(self) -> int | None:
+        return self.sync.sync_journal
+
+    @sync_journal.setter
+    def sync_journal(self, value: int | None) -> None:
+        self.sync.sync_journal = value
 
     # --- start-up ---------------------------------------------------------------------
 
@@ -144,7 +113,7 @@ class WriterJournal:
             seg.size = seg.written = seg.visible = size
             if size < codec.MAGIC_SIZE:
                 warnings.append(f"{path}: {size}-byte segment without a complete header; removed")
-                _unlink(path)
+                unlink_quietly(path)
                 continue
             self.segments.append(seg)
         # The newest is scanned whole (its first id is needed for the ranges below).
@@ -247,7 +216,7 @@ class WriterJournal:
 
     def available(self) -> bool:
         """False while puts are refused after a failed write (retried every second)."""
-        return time.monotonic() >= self._failed_until
+        return time.monotonic() >= self.sync.failed_until
 
     def put(
         self, add_time: int, data: bytes, expire_time: int = 0, error_count: int = 0
@@ -284,10 +253,28 @@ class WriterJournal:
             batch = self._batch = Batch()
         batch.end_segment = seg
         batch.end_offset = seg.size
+        self._schedule_flush()
+        return id_, seg, offset, batch
+
+    def join(self, progress: ProgressLog) -> None:
+        """A reader's confirms go out with this tick's write (and share its fsync)."""
+        if progress not in self._progress:
+            self._progress.append(progress)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._get_loop().call_soon(self.flush)
-        return id_, seg, offset, batch
+
+    def retire(self, fd: int) -> None:
+        """A progress file descriptor no longer written: closed once no fsync can use it."""
+        if fd < 0:
+            return
+        if self.closed:
+            _close(fd)
+        else:
+            self.sync.retire(fd)
 
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -298,11 +285,9 @@ class WriterJournal:
         """Start a new segment; the old one is written out, then synced and closed."""
         self.write_buffer()
         if self._fd >= 0:
-            self._retired_fds.append(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            self.sync.retire(fd)
             self.rotations += 1
-            if self.sync_journal is None:
-                self._close_retired()
         stamp = int(time.time() * 1000)
         if self.segments and stamp <= self.segments[-1].stamp:
             stamp = self.segments[-1].stamp + 1
@@ -312,10 +297,10 @@ class WriterJournal:
             os.write(fd, codec.WRITER_MAGIC)
         except OSError:
             os.close(fd)
-            _unlink(path)
+            unlink_quietly(path)
             raise
         self._fd = fd
-        self._dir_dirty = True
+        self.sync.new_file()
         self.segments.append(Segment(stamp, path))
 
     def _open_current(self) -> None:
@@ -360,29 +345,31 @@ class WriterJournal:
         if batch is not None:
             batch.resolve(f"journal write failed: {e.strerror}")
         # The ids of the failed batch are gone from disk; the segment keeps its range.
-        self._failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
+        self.sync.failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
         log.warning("journal_batch_dropped", queue=self.queue, bytes=lost)
 
     def flush(self) -> None:
-        """Write this tick's batch and acknowledge it (now, or after its fsync)."""
+        """Write this tick's puts and confirms; acknowledge them now, or after one fsync."""
         self._flush_scheduled = False
+        self.sync.written(self._write_tick())
+
+    def _write_tick(self) -> list[Batch]:
+        """One write for the puts, one append per reader with confirms; the batches written."""
+        written = []
         batch, self._batch = self._batch, None
-        if batch is None:
-            return
-        try:
-            self.write_buffer()
-        except JournalWriteError as e:
-            batch.resolve(str(e))
-            return
-        if self.sync_journal == 0:
-            self._unsynced.append(batch)
-            self._start_sync()
-            return
-        self._acknowledge(batch)
-        if self.sync_journal is not None and self._sync_timer is None and not self._syncing:
-            self._sync_timer = self._get_loop().call_later(
-                self.sync_journal / 1000, self._periodic_sync
-            )
+        if batch is not None:
+            try:
+                self.write_buffer()
+                written.append(batch)
+            except JournalWriteError as e:
+                batch.resolve(str(e))
+        progress, self._progress = self._progress, []
+        for log_ in progress:
+            done = log_.write()
+            if done is not None:
+                written.append(done)
+                self.sync.wrote_to(log_.fd)
+        return written
 
     def _acknowledge(self, batch: Batch) -> None:
         """The batch is safe: readers may now read it, then its waiters learn so."""
@@ -395,79 +382,15 @@ class WriterJournal:
                 seg.visible = seg.size  # a batch spanning a rotation
         batch.resolve()
 
-    def _periodic_sync(self) -> None:
-        self._sync_timer = None
-        self._start_sync()
-
-    def _start_sync(self) -> None:
-        """Group commit: one fsync (off the loop) covers every batch written so far."""
-        if self._syncing:
-            return
-        waiting, self._unsynced = self._unsynced, []
-        fds = self._retired_fds + ([self._fd] if self._fd >= 0 else [])
-        retired, self._retired_fds = self._retired_fds, []
-        dir_dirty, self._dir_dirty = self._dir_dirty, False
-        if not fds and not waiting:
-            return
-        self._syncing = True
-        loop = self._get_loop()
-        started = time.perf_counter()
-        fut = loop.run_in_executor(
-            self.executor, _sync_files, fds, retired, self.folder if dir_dirty else None
-        )
-        fut.add_done_callback(lambda f: self._sync_done(f, waiting, started))
-
-    def _sync_done(self, fut: asyncio.Future, waiting: list[Batch], started: float) -> None:
-        self._syncing = False
-        if fsync_observer is not None:
-            fsync_observer(time.perf_counter() - started)
-        error = None
-        exc = fut.exception()
-        if exc is not None:
-            error = f"journal fsync failed: {getattr(exc, 'strerror', None) or exc}"
-            log.error("journal_fsync_failed", queue=self.queue, error=str(exc))
-            self._failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
-        for batch in waiting:
-            if error is None:
-                self._acknowledge(batch)
-            else:
-                batch.resolve(error)
-        if self._unsynced or (self.sync_journal == 0 and self._retired_fds):
-            self._start_sync()
-
-    def _close_retired(self) -> None:
-        for fd in self._retired_fds:
-            _close(fd)
-        self._retired_fds = []
-
     def sync_now(self) -> None:
         """Write and fsync everything on the calling thread, then acknowledge it (shutdown)."""
-        batch, self._batch = self._batch, None
-        error = None
-        try:
-            self.write_buffer()
-        except JournalWriteError as e:
-            error = str(e)
-        fds = self._retired_fds + ([self._fd] if self._fd >= 0 else [])
-        try:
-            _sync_files(fds, self._retired_fds, self.folder if self._dir_dirty else None)
-        except OSError as e:
-            log.error("journal_fsync_failed", queue=self.queue, error=str(e))
-        self._retired_fds = []
-        self._dir_dirty = False
-        pending, self._unsynced = self._unsynced, []
-        if batch is not None:
-            pending.append(batch)
-        for b in pending:
-            if error is None:
-                self._acknowledge(b)
-            else:
-                b.resolve(error)
+        self._flush_scheduled = False
+        self.sync.sync_now(self._write_tick())
 
     @property
     def syncing(self) -> bool:
         """An fsync is running in the background."""
-        return self._syncing
+        return self.sync.syncing
 
     def close(self) -> None:
         """Flush, fsync and close every file.  Safe to call twice."""
@@ -475,15 +398,11 @@ class WriterJournal:
             return
         self.sync_now()
         self.closed = True
-        if self._sync_timer is not None:
-            self._sync_timer.cancel()
-            self._sync_timer = None
+        self.sync.close()
         if self._fd >= 0:
             _close(self._fd)
             self._fd = -1
-        for fd in self._read_fds.values():
-            _close(fd)
-        self._read_fds.clear()
+        self.reader.close()
 
     # --- reading back (read-behind) ---------------------------------------------------
 
@@ -511,48 +430,8 @@ class WriterJournal:
     def read(
         self, seg: Segment, offset: int, max_bytes: int
     ) -> tuple[list[codec.Put], int, str | None]:
-        """Complete PUTs from ``seg`` at ``offset``, about ``max_bytes`` worth.
-
-        Returns (puts with file offsets, next offset, problem).  Only acknowledged
-        puts are read (``seg.visible``): a put whose batch is pending or failed is
-        not, so readers never see an item its producer was not told is stored.
-        """
-        end = seg.visible
-        if offset >= end:
-            return [], offset, None
-        fd = self._read_fds.get(seg.path)
-        if fd is None:
-            fd = os.open(seg.path, os.O_RDONLY)
-            self._read_fds[seg.path] = fd
-        want = max(64 * 1024, max_bytes)
-        while True:
-            n = min(want, end - offset)
-            data = os.pread(fd, n, offset)
-            res = codec.scan(data, 0)
-            puts = [r for r in res.records if isinstance(r, codec.Put)]
-            for p in puts:
-                p.offset += offset  # file offsets
-            if res.status == codec.Status.CORRUPT:
-                return (
-                    puts,
-                    offset + res.pos,
-                    f"corrupt record at offset {offset + res.pos}: {res.problem}",
-                )
-            if res.status == codec.Status.END:
-                return puts, end, None
-            if res.records or len(data) < n:
-                if not res.records and len(data) < n:
-                    return [], offset, f"short read at offset {offset}"
-                return puts, offset + res.pos, None
-            if n >= end - offset:
-                # Not even one whole record up to the written end.
-                return [], offset, f"torn record at offset {offset}"
-            want *= 4
-
-    def release_reader_fd(self, seg: Segment) -> None:
-        fd = self._read_fds.pop(seg.path, None)
-        if fd is not None:
-            _close(fd)
+        """Acknowledged PUTs of ``seg`` from ``offset`` (see :meth:`SegmentReader.read`)."""
+        return self.reader.read(seg, offset, max_bytes)
 
     # --- dead segments ----------------------------------------------------------------
 
@@ -569,7 +448,7 @@ class WriterJournal:
             if seg.last_id > min_head or (keep_from is not None and seg.stamp >= keep_from):
                 break
             self.segments.pop(0)
-            self.release_reader_fd(seg)
+            self.reader.release(seg)
             removed.append(seg.path)
         return removed
 
@@ -581,35 +460,12 @@ class WriterJournal:
             self._batch = None
         self.close()
         for seg in self.segments:
-            _unlink(seg.path)
+            unlink_quietly(seg.path)
         self.segments = []
-
-
-def _sync_files(fds: list[int], close_after: list[int], folder: str | None) -> None:
-    """fsync files (and a folder after a new file appeared in it); then close retired ones."""
-    try:
-        for fd in fds:
-            os.fsync(fd)
-        if folder is not None:
-            dfd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-    finally:
-        for fd in close_after:
-            _close(fd)
 
 
 def _close(fd: int) -> None:
     try:
         os.close(fd)
-    except OSError:
-        pass
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
     except OSError:
         pass

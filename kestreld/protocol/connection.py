@@ -1,17 +1,25 @@
-"""One client connection: the memcache text protocol, parsed incrementally.
+"""One client connection: flow control and reply ordering.
 
-``data_received`` parses every complete request in the bytes that arrived
-(pipelined requests, requests split across packets, data blocks holding any
-bytes) and dispatches on the command word.  Replies are collected and written
-once per batch of requests.  A ``set`` is acknowledged only when its journal
-batch is written (or fsynced, with ``sync_journal = 0``): its reply waits in
-the output list as a pending :class:`Batch` and later replies queue behind it,
-so replies always come back in request order.
+Bytes go to the :class:`~kestreld.protocol.framing.Framing`, which hands each
+complete request back here; the command table
+(:mod:`kestreld.protocol.commands`) runs it and appends its reply to ``out``.
+Replies are written once per batch of requests.  A ``set`` is acknowledged
+only when its journal batch is written (or fsynced, with ``sync_journal = 0``):
+its reply waits in ``out`` as the pending batch and later replies queue behind
+it, so replies always come back in request order.  A confirm (``/close``,
+``confirm``, a plain get) is held the same way, as a
+:class:`~kestreld.protocol.confirm_reply.ConfirmReply` on its progress batch.
 
-A request that must wait (a blocking get, ``monitor``) suspends parsing until
-it completes; the rest of the input stays buffered, and reading is paused
-when too much piles up.  A client that does not read its replies pauses
-reading too (``pause_writing``), so nothing is buffered without bound.
+Parsing stops (the rest of the input stays buffered) while:
+
+- a request waits (a get with ``/t=``, ``monitor``): ``waiting``;
+- a request must see this connection's sets that are not acknowledged yet
+  (a get after a set gets the item): ``held``;
+- the client does not read its replies (``pause_writing``): ``write_paused``;
+- the connection is closing: ``closing``.
+
+Reading from the socket pauses when too much input piles up meanwhile, so
+nothing is buffered without bound.
 """
 
 from __future__ import annotations
@@ -19,80 +27,41 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kestreld.journal.files import split_queue_name
-from kestreld.journal.writer import Batch, JournalWriteError
-from kestreld.protocol.status import ServerStatus
-from kestreld.queues.journaled_queue import QueueFull
-from kestreld.queues.reader import OpenRead, Reader
+from kestreld.protocol.commands import COMMANDS, UNKNOWN, undo_confirm
+from kestreld.protocol.confirm_reply import ConfirmReply
+from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, Command, Framing
+from kestreld.protocol.replies import BAD_DATA_CHUNK, STORED, server_error
 
 if TYPE_CHECKING:
-    from kestreld.protocol.server import Server
+    from kestreld.queues.reader import OpenRead, Reader
+    from kestreld.state import ServerState
 
 log = structlog.get_logger("kestreld.protocol")
-
-STORED = b"STORED\r\n"
-NOT_STORED = b"NOT_STORED\r\n"
-END = b"END\r\n"
-ERROR = b"ERROR\r\n"
-DELETED = b"DELETED\r\n"
-VALUE_END = b"\r\nEND\r\n"
 
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
 OUTPUT_FLUSH_SIZE = 256 * 1024
-#: Bytes of a partial data block below which we simply concatenate packets.
-ACCUMULATE_THRESHOLD = 64 * 1024
 
-_RELATIVE_EXPIRY_LIMIT = 1_000_000
-_MAX_TIME_MS = (1 << 63) - 1
-
-
-class _Get:
-    """Parsed options of ``get <q>[/t=ms][/open][/close][/abort][/peek]``."""
-
-    __slots__ = ("name", "timeout", "open", "close", "abort", "peek")
-
-    def __init__(self) -> None:
-        self.name = ""
-        self.timeout = 0
-        self.open = self.close = self.abort = self.peek = False
-
-
-def _client_error(reason: str) -> bytes:
-    return b"CLIENT_ERROR " + reason.encode() + b"\r\n"
-
-
-def _server_error(reason: str) -> bytes:
-    return b"SERVER_ERROR " + reason.encode() + b"\r\n"
-
-
-BAD_QUEUE_NAME = _client_error("bad queue name")
+INTERNAL_ERROR = server_error("internal error")
 
 
 class MemcacheConnection(asyncio.Protocol):
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ServerState) -> None:
         self.server = server
         self.stats = server.stats
         self.transport: asyncio.Transport | None = None
         self.peer = None
-        self.buf = b""
-        self.chunks: list[bytes] | None = None  # a large data block arriving in pieces
-        self.chunk_len = 0
-        self.need = 0
-        self.skip = 0  # bytes of an oversized data block still to discard
-        self.skip_reply: bytes | None = None
-        self.pending_set: tuple[str, int, int, bool] | None = (
-            None  # queue, expiry ms, size, noreply
-        )
-        self.out: list[bytes | Batch] = []
+        self.framing = Framing(COMMANDS, UNKNOWN, server.config.max_line_length)
+        #: Replies in request order: bytes, a set's pending journal batch, or a ConfirmReply.
+        self.out: list[Any] = []
         self.out_size = 0  # large reply bytes in self.out
         self.pending_batches = 0
-        self.unacked: list[Batch] = []  # batches holding this connection's sets, not yet resolved
+        self.unacked: list[Any] = []  # batches holding this connection's sets, not yet resolved
         self.held = False  # a request waits for those sets
         self.waiting: asyncio.Future | None = None
         self.closing = False
@@ -101,7 +70,13 @@ class MemcacheConnection(asyncio.Protocol):
         self.write_paused = False
         self.read_paused = False
         self.last_active = time.monotonic()
+        #: Reads opened by this connection (``get q/open``), oldest first per reader.
         self.open_reads: dict[Reader, deque[OpenRead]] = {}
+        #: (queue, expiry ms, noreply) of a set whose data block is being read.
+        self.put_target: tuple[str, int, bool] | None = None
+        #: The held reply of a ``/close`` whose get now waits for an item (it goes out with it).
+        self.waiting_reply: ConfirmReply | None = None
+        self.confirm_ticket: Any = None  # the last confirm batch this connection listens to
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
@@ -111,7 +86,7 @@ class MemcacheConnection(asyncio.Protocol):
         server = self.server
         if len(server.connections) >= server.config.max_connections:
             log.warning("connection_refused", peer=self.peer, reason="too many connections")
-            transport.write(_server_error("too many connections"))  # type: ignore[attr-defined]
+            transport.write(server_error("too many connections"))  # type: ignore[attr-defined]
             self.closing = True
             transport.close()
             return
@@ -147,7 +122,7 @@ class MemcacheConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        self._resume()
+        self.resume()
 
     def _pause_reading(self) -> None:
         if not self.read_paused and self.transport is not None and not self.closing:
@@ -157,29 +132,19 @@ class MemcacheConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.stats.bytes_read += len(data)
         self.last_active = time.monotonic()
-        if self.skip:
-            n = min(self.skip, len(data))
-            self.skip -= n
-            data = data[n:]
-            if self.skip:
+        framing = self.framing
+        if framing.buf or framing.skip or framing.chunks is not None:
+            ready = framing.receive(data)
+            if ready is None:
                 return
-            self._skip_done()
-        if self.chunks is not None:
-            self.chunks.append(data)
-            self.chunk_len += len(data)
-            if self.chunk_len < self.need:
-                return
-            data = b"".join(self.chunks)
-            self.chunks = None
-        elif self.buf:
-            data = self.buf + data
-        if self.waiting is not None or self.write_paused or self.closing or self.held:
-            self.buf = data
-            if len(data) > INPUT_PAUSE_LIMIT:
+        else:
+            ready = data  # the usual case: whole requests in one packet, nothing held
+        if self.waiting is not None or self.held or self.write_paused or self.closing:
+            framing.buf = ready
+            if len(ready) > INPUT_PAUSE_LIMIT:
                 self._pause_reading()
             return
-        self.buf = b""
-        self.process(data)
+        self.process(ready)
 
     def eof_received(self) -> bool | None:
         """The client sent its last byte (``nc -N``, ``shutdown(SHUT_WR)``).
@@ -200,113 +165,33 @@ class MemcacheConnection(asyncio.Protocol):
             self._finish_if_eof()
         return True  # keep the transport open for the replies; _finish_if_eof closes it
 
+    # --- the gate ---------------------------------------------------------------------------
+
+    def blocked(self) -> bool:
+        """No request may run now: one waits, sets are unacknowledged, output is paused, closing."""
+        return self.waiting is not None or self.held or self.write_paused or self.closing
+
     def _finish_if_eof(self) -> None:
         """After a half-close (callers check ``eof``): close once every request has its reply."""
-        if (
-            not self.closing
-            and self.waiting is None
-            and not self.held
-            and not self.pending_batches
-            and not self.write_paused
-        ):
-            self._close_after_reply()  # an incomplete request left in buf is dropped
-
-    # --- parsing ------------------------------------------------------------------------
+        if not self.blocked() and not self.pending_batches:
+            self.close_after_reply()  # an incomplete request left in the framing is dropped
 
     def process(self, data: bytes) -> None:
-        """Run every complete request in ``data``; keep the rest for later."""
-        pos = 0
-        end = len(data)
-        max_line = self.server.config.max_line_length
-        commands = _COMMANDS
-        while pos < end:
-            if self.waiting is not None or self.closing or self.write_paused or self.held:
-                break
-            pending = self.pending_set
-            if pending is not None:
-                size = pending[2]
-                if end - pos < size + 2:
-                    break
-                block = data[pos : pos + size]
-                ok = data[pos + size : pos + size + 2] == b"\r\n"
-                pos += size + 2
-                self.pending_set = None
-                if ok:
-                    self._store(pending[0], pending[1], block, pending[3])
-                else:
-                    self.out.append(_client_error("bad data chunk"))
-                continue
-            nl = data.find(b"\n", pos)
-            if nl < 0 or nl - pos >= max_line:
-                if nl >= 0 or end - pos >= max_line:
-                    self.out.append(_client_error("line too long"))
-                    self._close_after_reply()
-                    pos = end
-                break
-            stop = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
-            args = data[pos:stop].split()
-            line_start = pos
-            pos = nl + 1
-            if not args:
-                continue
-            handler = commands.get(args[0])
-            if handler is None:
-                handler = commands.get(args[0].lower())
-                if handler is None:
-                    name = args[0].lower().decode("ascii", "replace")[:40]
-                    self.out.append(_client_error(f"unknown command {name}"))
-                    continue
-            if self.unacked and handler is not _SET and self._unacked_pending():
-                # This connection's sets are not acknowledged yet: what follows
-                # must see them (a get after a set gets the item), so wait.
-                self.held = True
-                pos = line_start
-                break
-            try:
-                handler(self, args)
-            except Exception as e:  # a bug must cost one request, not the connection
-                log.exception(
-                    "command_failed",
-                    peer=self.peer,
-                    command=args[0][:40].decode("ascii", "replace"),
-                )
-                self.out.append(_server_error(f"internal error: {type(e).__name__}"))
-            if self.out_size > OUTPUT_FLUSH_SIZE:
-                self.flush_out()  # may pause us (pause_writing) before the next request
-            if self.skip:
-                n = min(self.skip, end - pos)
-                self.skip -= n
-                pos += n
-                if self.skip:
-                    break
-                self._skip_done()
-        rest = data[pos:] if pos < end else b""
-        if self.pending_set is not None and len(rest) < self.pending_set[2] + 2:
-            need = self.pending_set[2] + 2
-            if need > ACCUMULATE_THRESHOLD and self.waiting is None:
-                self.chunks = [rest]
-                self.chunk_len = len(rest)
-                self.need = need
-                rest = b""
-        self.buf = rest
+        """Run every complete request in ``data``; the framing keeps the rest."""
+        self.framing.parse(self, data)
         self.flush_out()
         if self.eof:
             self._finish_if_eof()
 
-    def _skip_done(self) -> None:
-        if self.skip_reply is not None:
-            self.out.append(self.skip_reply)
-            self.skip_reply = None
-        self.flush_out()
-
-    def _resume(self) -> None:
+    def resume(self) -> None:
         """Continue with buffered input after a wait or a write pause ended."""
-        if self.closing or self.write_paused or self.waiting is not None or self.held:
+        if self.blocked():
             return
         if self.read_paused and self.transport is not None:
             self.read_paused = False
             self.transport.resume_reading()
-        data, self.buf = self.buf, b""
+        framing = self.framing
+        data, framing.buf = framing.buf, b""
         if data:
             self.process(data)
         else:
@@ -314,30 +199,97 @@ class MemcacheConnection(asyncio.Protocol):
             if self.eof:
                 self._finish_if_eof()
 
+    # --- the framing's sink -----------------------------------------------------------------
+
+    def request(self, command: Command, args: list[bytes], quiet: bool) -> int:
+        """Run one request line; ``quiet`` (noreply) drops its reply, errors included."""
+        if self.waiting is not None or self.held or self.write_paused or self.closing:
+            return LATER  # the gate, inline: this runs once per request
+        if self.unacked and command.waits_for_sets and self._unacked_pending():
+            # This connection's sets are not acknowledged yet: what follows
+            # must see them (a get after a set gets the item), so wait.
+            self.held = True
+            return LATER
+        out = self.out
+        mark = len(out) if quiet else 0
+        try:
+            command.run(self, args)
+        except Exception:  # a bug must cost one request, not the connection
+            self._failed(args)
+        if quiet:
+            del out[mark:]
+        if self.out_size > OUTPUT_FLUSH_SIZE:
+            self.flush_out()  # may pause us (pause_writing) before the next request
+        return GO
+
+    def block_header(self, command: Command, args: list[bytes], size: int, quiet: bool) -> int:
+        """The line of a request with a data block: read the block (KEEP) or skip it."""
+        if self.waiting is not None or self.held or self.write_paused or self.closing:
+            return LATER
+        out = self.out
+        mark = len(out) if quiet else 0
+        try:
+            keep = command.accept(self, args, size)  # type: ignore[misc]
+        except Exception:
+            self._failed(args)
+            keep = False
+        if quiet:
+            del out[mark:]
+        return KEEP if keep else SKIP
+
+    def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
+        """The data block of a kept request (``set``): it was accepted, so it always runs."""
+        try:
+            command.run(self, args, data)
+        except Exception:
+            self._failed(args)
+        return GO
+
+    def bad_block(self, quiet: bool) -> None:
+        if not quiet:
+            self.out.append(BAD_DATA_CHUNK)
+
+    def fatal(self, reply: bytes) -> None:
+        """The stream cannot be followed any more (a line too long, an impossible length)."""
+        self.out.append(reply)
+        self.close_after_reply()
+
+    def _failed(self, args: list[bytes]) -> None:
+        log.exception(
+            "command_failed", peer=self.peer, command=args[0][:40].decode("ascii", "replace")
+        )
+        self.out.append(INTERNAL_ERROR)
+
     # --- output -------------------------------------------------------------------------
 
     def flush_out(self) -> None:
+        """Write every reply that is ready, in order; a pending set's reply holds the rest."""
         out = self.out
         if not out or self.transport is None:
             return
         self.out_size = 0
         if not self.pending_batches:
-            data = b"".join(out)  # type: ignore[arg-type]
+            data = b"".join(out)
             out.clear()
-        elif out[0].__class__ is not bytes and not out[0].done:  # type: ignore[union-attr]
+        elif out[0].__class__ is not bytes and not out[0].done:
             return  # the first reply waits for its batch: nothing can go yet
         else:
             ready: list[bytes] = []
             i = 0
             for i, part in enumerate(out):  # noqa: B007
                 if part.__class__ is bytes:
-                    ready.append(part)  # type: ignore[arg-type]
-                elif part.done:  # type: ignore[union-attr]
+                    ready.append(part)
+                elif part.done:
                     self.pending_batches -= 1
+                    if part.__class__ is ConfirmReply:
+                        ready.append(part.render())
+                        if part.failed:
+                            undo_confirm(self, part)
+                        continue
                     observe = self.server.latency_observer
                     if observe is not None:
-                        observe("set", time.perf_counter() - part.started)  # type: ignore[union-attr]
-                    ready.append(STORED if part.error is None else _server_error(part.error))  # type: ignore[union-attr]
+                        observe("set", time.perf_counter() - part.started)
+                    ready.append(STORED if part.error is None else server_error(part.error))
                 else:
                     break
             else:
@@ -348,12 +300,34 @@ class MemcacheConnection(asyncio.Protocol):
             self.stats.bytes_written += len(data)
             self.transport.write(data)
 
+    def hold_reply(self, ticket: Any, reader: Reader) -> ConfirmReply:
+        """A reply that goes out once ``ticket`` (a confirm's progress batch) resolves."""
+        reply = ConfirmReply(ticket, reader)
+        self.out.append(reply)
+        self.pending_batches += 1
+        if not ticket.done and self.confirm_ticket is not ticket:
+            self.confirm_ticket = ticket  # one callback per batch, however many replies
+            ticket.add_done_callback(self._on_confirmed)
+        return reply
+
+    def _on_confirmed(self, batch: Any) -> None:
+        self.flush_out()
+        if self.eof:
+            self._finish_if_eof()
+
+    def watch_batch(self, batch: Any) -> None:
+        """A set of this connection waits for ``batch``: later requests wait with it."""
+        unacked = self.unacked
+        if not unacked or unacked[-1] is not batch:
+            unacked.append(batch)
+            batch.add_done_callback(self._on_batch)
+
     def _unacked_pending(self) -> bool:
         """Prune acknowledged batches; True while one of this connection's sets is pending."""
         self.unacked = [b for b in self.unacked if not b.done]
         return bool(self.unacked)
 
-    def _on_batch(self, batch: Batch) -> None:
+    def _on_batch(self, batch: Any) -> None:
         unacked = self.unacked
         if len(unacked) == 1 and unacked[0] is batch:
             unacked.clear()  # the usual case: this connection's only pending batch
@@ -362,464 +336,12 @@ class MemcacheConnection(asyncio.Protocol):
         self.flush_out()
         if self.held and not self.unacked:
             self.held = False
-            self._resume()
+            self.resume()
         elif self.eof:
             self._finish_if_eof()
 
-    def _close_after_reply(self) -> None:
+    def close_after_reply(self) -> None:
         self.flush_out()
         self.closing = True
         if self.transport is not None:
             self.transport.close()
-
-    # --- set ------------------------------------------------------------------------------
-
-    def cmd_set(self, args: list[bytes]) -> None:
-        self.stats.cmd_set += 1
-        if len(args) < 5:
-            self.out.append(_client_error("bad command line format"))
-            return
-        try:
-            size = int(args[4])
-            if size < 0:
-                raise ValueError
-        except ValueError:
-            self.out.append(_client_error("bad data chunk"))
-            self._close_after_reply()
-            return
-        noreply = len(args) > 5 and args[5] == b"noreply"
-        try:
-            int(args[2])
-            exptime = int(args[3])
-        except ValueError:
-            return self._discard_block(size, _client_error("bad command line format"), noreply)
-        name = _queue_name(args[1])
-        if name is None:
-            return self._discard_block(size, BAD_QUEUE_NAME, noreply)
-        if "+" in name:
-            return self._discard_block(
-                size, _client_error("cannot set to a fanout reader; write to the queue"), noreply
-            )
-        status = self.server.status
-        if status is not ServerStatus.UP:
-            return self._discard_block(size, _server_error(f"server is {status.value}"), noreply)
-        if size > self.server.config.queue(name).max_item_size:
-            return self._discard_block(size, NOT_STORED, noreply)
-        now = int(time.time() * 1000)
-        if exptime == 0:
-            expire = 0
-        elif exptime < _RELATIVE_EXPIRY_LIMIT:
-            expire = now + exptime * 1000
-        else:
-            expire = exptime * 1000
-        if not -_MAX_TIME_MS <= expire <= _MAX_TIME_MS:  # the journal stores an i64
-            return self._discard_block(size, _client_error("bad command line format"), noreply)
-        self.pending_set = (name, expire, size, noreply)
-
-    def _discard_block(self, size: int, reply: bytes, noreply: bool) -> None:
-        """Read and drop a data block as it arrives (never buffered), then reply."""
-        self.skip = size + 2
-        self.skip_reply = None if noreply and reply is not NOT_STORED else reply
-        if noreply:
-            self.skip_reply = None
-
-    def _store(self, name: str, expire: int, data: bytes, noreply: bool) -> None:
-        now = int(time.time() * 1000)
-        try:
-            batch = self.server.queues.put(name, data, expire, now)
-        except QueueFull:
-            if not noreply:
-                self.out.append(NOT_STORED)
-            return
-        except JournalWriteError as e:
-            if not noreply:
-                self.out.append(_server_error(str(e)))
-            return
-        except OSError as e:
-            log.error("put_failed", queue=name, error=str(e))
-            if not noreply:
-                self.out.append(_server_error(f"journal write failed: {e.strerror}"))
-            return
-        if batch is not None and not batch.done:
-            unacked = self.unacked
-            if not unacked or unacked[-1] is not batch:
-                unacked.append(batch)
-                batch.add_done_callback(self._on_batch)
-        if noreply:
-            return
-        if batch is None or batch.done:
-            observe = self.server.latency_observer
-            if observe is not None:
-                observe("set", 0.0)
-            if batch is not None and batch.error is not None:
-                self.out.append(_server_error(batch.error))
-            else:
-                self.out.append(STORED)
-            return
-        self.out.append(batch)
-        self.pending_batches += 1
-
-    # --- get ------------------------------------------------------------------------------
-
-    def cmd_get(self, args: list[bytes]) -> None:
-        if len(args) < 2:
-            self.out.append(_client_error("missing queue name"))
-            return
-        key = args[1]
-        opts = _parse_get(key)
-        if isinstance(opts, bytes):
-            self.out.append(opts)
-            return
-        name = opts.name
-        fetch = opts.open or not (opts.close or opts.abort)
-        # QUIESCENT refuses the fetch only: the /close or /abort before it still happens,
-        # so a reliable reader's last item is not redelivered after a drain.
-        refused = fetch and self.server.status is ServerStatus.QUIESCENT
-        reader = self.server.queues.reader(name, create=fetch and not refused)
-        if reader is None:
-            if refused:
-                self.out.append(_server_error("server is QUIESCENT"))
-                return
-            if fetch:
-                self.stats.get_misses += 1
-                if opts.peek:
-                    self.stats.cmd_peek += 1
-                else:
-                    self.stats.cmd_get += 1
-            self.out.append(END)
-            return
-        reads = self.open_reads.get(reader)
-        if opts.abort and reads:
-            reader.abort([reads.popleft()])
-        if opts.close and reads:
-            reader.confirm(reads.popleft())
-        if reads is not None and not reads:
-            del self.open_reads[reader]
-            reads = None
-        if refused:
-            self.out.append(_server_error("server is QUIESCENT"))
-            return
-        if not fetch:
-            self.out.append(END)
-            return
-        if opts.peek:
-            self.stats.cmd_peek += 1
-        else:
-            self.stats.cmd_get += 1
-            if reads:
-                if not opts.open:
-                    self.out.append(ERROR)  # a plain get while a read is open
-                    return
-                if len(reads) >= self.server.config.max_open_reads:
-                    self.out.append(ERROR)
-                    return
-        now = int(time.time() * 1000)
-        item = reader.peek(now) if opts.peek else reader.take(now)
-        if item is not None:
-            self.stats.get_hits += 1
-            if self.server.latency_observer is not None:
-                self.server.latency_observer("get_hit", 0.0)
-            self._deliver(reader, key, item, opts.open, opts.peek)
-            return
-        if opts.timeout <= 0 or opts.peek or self.eof:
-            self.stats.get_misses += 1
-            self.out.append(END)
-            return
-        fut = reader.wait(self.server.loop, opts.timeout / 1000)
-        self.waiting = fut
-        started = time.perf_counter()
-        fut.add_done_callback(lambda f: self._on_item(f, reader, key, opts.open, started))
-
-    def _on_item(
-        self, fut: asyncio.Future, reader: Reader, key: bytes, open_: bool, started: float
-    ) -> None:
-        item = None if fut.cancelled() else fut.result()
-        observe = self.server.latency_observer
-        if observe is not None and not self.closing:
-            observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - started)
-        if self.closing:
-            if item is not None:
-                reader.return_items([item])  # the waiter died: the item goes on
-            return
-        self.waiting = None
-        self.last_active = time.monotonic()  # idle from the reply on, not from the request
-        if item is None:
-            self.stats.get_misses += 1
-            self.out.append(END)
-        else:
-            self.stats.get_hits += 1
-            self._deliver(reader, key, item, open_, False)
-        self._resume()
-
-    def _deliver(self, reader: Reader, key: bytes, item, open_: bool, peek: bool) -> None:
-        data = item.data
-        self.out.append(b"VALUE %s 0 %d\r\n" % (key, len(data)))
-        self.out.append(data)
-        self.out.append(VALUE_END)
-        self.out_size += len(data)
-        if peek:
-            return
-        if open_:
-            read = reader.open(item)
-            reads = self.open_reads.get(reader)
-            if reads is None:
-                reads = self.open_reads[reader] = deque()
-            reads.append(read)
-        else:
-            reader.commit(item.id)
-
-    # --- other queue commands ---------------------------------------------------------
-
-    def _name_arg(self, args: list[bytes]) -> str | None:
-        if len(args) < 2:
-            self.out.append(_client_error("missing queue name"))
-            return None
-        name = _queue_name(args[1])
-        if name is None:
-            self.out.append(BAD_QUEUE_NAME)
-        return name
-
-    def _writable(self) -> bool:
-        status = self.server.status
-        if status is ServerStatus.UP:
-            return True
-        self.out.append(_server_error(f"server is {status.value}"))
-        return False
-
-    def cmd_delete(self, args: list[bytes]) -> None:
-        name = self._name_arg(args)
-        if name is None or not self._writable():
-            return
-        self.server.queues.delete(name)
-        self.out.append(DELETED)
-
-    def cmd_flush(self, args: list[bytes]) -> None:
-        name = self._name_arg(args)
-        if name is None or not self._writable():
-            return
-        self.server.queues.flush(name)
-        self.out.append(END)
-
-    def cmd_flush_all(self, args: list[bytes]) -> None:
-        if self._writable():
-            self.server.queues.flush_all()
-            self.out.append(b"Flushed all queues.\r\n")
-
-    def cmd_flush_expired(self, args: list[bytes]) -> None:
-        name = self._name_arg(args)
-        if name is None or not self._writable():
-            return
-        self.out.append(b"%d\r\n" % self.server.queues.flush_expired(name))
-
-    def cmd_flush_all_expired(self, args: list[bytes]) -> None:
-        if self._writable():
-            self.out.append(b"%d\r\n" % self.server.queues.flush_all_expired())
-
-    def cmd_confirm(self, args: list[bytes]) -> None:
-        name = self._name_arg(args)
-        if name is None:
-            return
-        try:
-            count = int(args[2]) if len(args) > 2 else 1
-            if count < 0:
-                raise ValueError
-        except ValueError:
-            self.out.append(_client_error("bad count"))
-            return
-        reader = self.server.queues.reader(name, create=False)
-        reads = self.open_reads.get(reader) if reader is not None else None
-        if not reads:
-            self.out.append(ERROR)
-            return
-        for _ in range(min(count, len(reads))):
-            reader.confirm(reads.popleft())  # type: ignore[union-attr]
-        if not reads:
-            del self.open_reads[reader]  # type: ignore[index]
-        self.out.append(END)
-
-    def cmd_monitor(self, args: list[bytes]) -> None:
-        name = self._name_arg(args)
-        if name is None:
-            return
-        try:
-            seconds = float(args[2]) if len(args) > 2 else 0.0
-            limit = int(args[3]) if len(args) > 3 else self.server.config.max_open_reads
-            if not seconds >= 0 or limit < 0:  # "not >=" also refuses NaN
-                raise ValueError
-        except ValueError:
-            self.out.append(_client_error("bad monitor arguments"))
-            return
-        if self.server.status is ServerStatus.QUIESCENT:
-            self.out.append(_server_error("server is QUIESCENT"))
-            return
-        reader = self.server.queues.reader(name, create=True)
-        assert reader is not None
-        if self.eof:
-            seconds = 0.0  # half-closed: take what is there, wait for nothing
-        self.flush_out()
-        task = self.server.loop.create_task(self._monitor(reader, args[1], seconds, limit))
-        self.waiting = task
-        task.add_done_callback(self._monitor_done)
-
-    async def _monitor(self, reader: Reader, key: bytes, seconds: float, limit: int) -> None:
-        loop = self.server.loop
-        deadline = loop.time() + seconds
-        sent = 0
-        while sent < limit and not self.closing:
-            now = int(time.time() * 1000)
-            item = reader.take(now)
-            if item is None:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                fut = reader.wait(loop, remaining)
-                try:
-                    item = await fut
-                except asyncio.CancelledError:
-                    if fut.done() and not fut.cancelled() and fut.result() is not None:
-                        reader.return_items([fut.result()])
-                    raise
-                if item is None:
-                    break
-                if self.closing:
-                    reader.return_items([item])
-                    break
-            self.stats.get_hits += 1
-            self._deliver(reader, key, item, True, False)
-            self.flush_out()
-            sent += 1
-        self.out.append(END)
-
-    def _monitor_done(self, task: asyncio.Task) -> None:
-        if self.waiting is task:
-            self.waiting = None
-        self.last_active = time.monotonic()  # idle from the reply on, not from the request
-        if not task.cancelled() and task.exception() is not None:
-            log.error("monitor_failed", error=str(task.exception()))
-        self._resume()
-
-    # --- server commands ------------------------------------------------------------------
-
-    def cmd_stats(self, args: list[bytes]) -> None:
-        self.out.append(self.server.render_stats())
-
-    def cmd_dump_stats(self, args: list[bytes]) -> None:
-        self.out.append(
-            self.server.render_dump_stats([a.decode("ascii", "replace") for a in args[1:]])
-        )
-
-    def cmd_dump_config(self, args: list[bytes]) -> None:
-        names = []
-        for raw in args[1:]:
-            name = _queue_name(raw)
-            if name is None:
-                self.out.append(BAD_QUEUE_NAME)
-                return
-            names.append(name)
-        self.out.append(self.server.render_dump_config(names))
-
-    def cmd_reload(self, args: list[bytes]) -> None:
-        error = self.server.reload()
-        self.out.append(b"Reloaded config.\r\n" if error is None else _server_error(error))
-
-    def cmd_version(self, args: list[bytes]) -> None:
-        from kestreld import __version__
-
-        self.out.append(b"VERSION " + __version__.encode() + b"\r\n")
-
-    def cmd_shutdown(self, args: list[bytes]) -> None:
-        self._close_after_reply()
-        self.server.request_shutdown("shutdown command")
-
-    def cmd_quit(self, args: list[bytes]) -> None:
-        self._close_after_reply()
-
-    def cmd_status(self, args: list[bytes]) -> None:
-        if len(args) < 2:
-            self.out.append(self.server.status.value.encode() + b"\r\n")
-            return
-        wanted = args[1].decode("ascii", "replace").upper()
-        try:
-            status = ServerStatus(wanted)
-        except ValueError:
-            self.out.append(_client_error(f"unknown status {wanted.lower()[:40]}"))
-            return
-        self.server.set_status(status)
-        self.out.append(END)
-
-
-_NAME_CACHE: dict[bytes, str | None] = {}
-_NAME_CACHE_LIMIT = 10_000
-
-
-def _queue_name(raw: bytes) -> str | None:
-    """The queue name if legal (``q`` or ``q+r``), else None (cached: it runs per request)."""
-    try:
-        return _NAME_CACHE[raw]
-    except KeyError:
-        pass
-    try:
-        name: str | None = raw.decode("ascii")
-    except UnicodeDecodeError:
-        name = None
-    if name is not None and split_queue_name(name) is None:
-        name = None
-    if len(_NAME_CACHE) >= _NAME_CACHE_LIMIT:
-        _NAME_CACHE.clear()  # hostile clients cycling names cannot grow it without bound
-    _NAME_CACHE[raw] = name
-    return name
-
-
-def _parse_get(key: bytes) -> _Get | bytes:
-    """Options of a get key, or the CLIENT_ERROR reply for a bad one."""
-    opts = _Get()
-    parts = key.split(b"/")
-    name = _queue_name(parts[0]) if parts[0] else None
-    if not parts[0]:
-        return _client_error("missing queue name")
-    if name is None:
-        return BAD_QUEUE_NAME
-    opts.name = name
-    for opt in parts[1:]:
-        if opt == b"open":
-            opts.open = True
-        elif opt == b"close":
-            opts.close = True
-        elif opt == b"abort":
-            opts.abort = True
-        elif opt == b"peek":
-            opts.peek = True
-        elif opt.startswith(b"t="):
-            value = opt[2:]
-            if not value.isdigit():
-                return _client_error("bad timeout")
-            opts.timeout = int(value)
-    if opts.peek and (opts.open or opts.close or opts.abort):
-        return _client_error("peek cannot be combined with open, close or abort")
-    if opts.abort and (opts.open or opts.close):
-        return _client_error("abort cannot be combined with open or close")
-    return opts
-
-
-_COMMANDS = {
-    b"get": MemcacheConnection.cmd_get,
-    b"gets": MemcacheConnection.cmd_get,
-    b"set": MemcacheConnection.cmd_set,
-    b"delete": MemcacheConnection.cmd_delete,
-    b"flush": MemcacheConnection.cmd_flush,
-    b"flush_all": MemcacheConnection.cmd_flush_all,
-    b"flush_expired": MemcacheConnection.cmd_flush_expired,
-    b"flush_all_expired": MemcacheConnection.cmd_flush_all_expired,
-    b"stats": MemcacheConnection.cmd_stats,
-    b"dump_stats": MemcacheConnection.cmd_dump_stats,
-    b"dump_config": MemcacheConnection.cmd_dump_config,
-    b"reload": MemcacheConnection.cmd_reload,
-    b"version": MemcacheConnection.cmd_version,
-    b"shutdown": MemcacheConnection.cmd_shutdown,
-    b"quit": MemcacheConnection.cmd_quit,
-    b"monitor": MemcacheConnection.cmd_monitor,
-    b"confirm": MemcacheConnection.cmd_confirm,
-    b"status": MemcacheConnection.cmd_status,
-}
-
-_SET = MemcacheConnection.cmd_set

@@ -5,18 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 
 import structlog
 
 from kestreld.config import ServerConfig
-from kestreld.journal.checkpoint import write_checkpoint
-from kestreld.journal.files import scan_folder, split_queue_name
+from kestreld.journal.files import scan_folder
 from kestreld.journal.retire import retire_segments
 from kestreld.journal.writer import JournalWriteError
+from kestreld.names import split_queue_name
 from kestreld.queues.item import QueueItem
 from kestreld.queues.journaled_queue import JournaledQueue, QueueFull
-from kestreld.queues.reader import Reader
+from kestreld.queues.reader import Compaction, Reader
 
 log = structlog.get_logger("kestreld.queues")
 
@@ -45,6 +45,8 @@ class QueueCollection:
         self.queue_deletes = 0
         self.queue_expires = 0
         self._checkpointing = False
+        # The rewrites running off the loop (shutdown waits for them).
+        self._compacting: tuple[Future, list[Compaction]] | None = None
 
     # --- start-up -----------------------------------------------------------------------
 
@@ -207,15 +209,21 @@ class QueueCollection:
             return
         self._checkpointing = True
         try:
-            loop = asyncio.get_running_loop()
-            jobs = [job for q in self.queues.values() for job in q.checkpoint_jobs()]
+            jobs = [job for q in self.queues.values() for job in q.compactions()]
             if jobs:
-                await loop.run_in_executor(self.executor, _write_all, jobs)
+                if self.executor is None:
+                    _run_all(jobs)
+                else:
+                    fut = self.executor.submit(_run_all, jobs)
+                    self._compacting = (fut, jobs)
+                    # Cancelled at shutdown: close() waits for the rewrites instead.
+                    await asyncio.wrap_future(fut)
+                self._finish_compactions(jobs)
             for queue in list(self.queues.values()):
                 if not queue.deleted:
                     dead = queue.remove_dead_segments()
                     if dead:
-                        await loop.run_in_executor(
+                        await asyncio.get_running_loop().run_in_executor(
                             self.executor,
                             retire_segments,
                             queue.name,
@@ -235,7 +243,19 @@ class QueueCollection:
         for full in config.configured_readers():
             self.reader(full, create=True)
 
+    def _finish_compactions(self, jobs: list[Compaction]) -> None:
+        self._compacting = None
+        for job in jobs:
+            job.reader.finish_compaction(job)
+
     def close(self) -> None:
+        if self._compacting is not None:
+            fut, jobs = self._compacting
+            try:
+                fut.result(timeout=30)
+            except Exception as e:  # cancelled before it ran, or timed out
+                log.error("checkpoint_failed", error=str(e) or type(e).__name__)
+            self._finish_compactions(jobs)
         for queue in self.queues.values():
             for reader in queue.readers.values():
                 reader.memory.wake_all()
@@ -251,13 +271,7 @@ class QueueCollection:
         return items, nbytes
 
 
-def _write_all(jobs: list[tuple[Reader, str, int, list[int]]]) -> None:
-    for reader, path, head, done in jobs:
-        try:
-            if reader.deleted:
-                continue
-            write_checkpoint(path, head, done)
-            reader.saved_head = head
-        except OSError as e:
-            reader.dirty = True
-            log.error("checkpoint_failed", queue=reader.full_name, error=str(e))
+def _run_all(jobs: list[Compaction]) -> None:
+    """Every rewrite of one checkpoint round (blocking; runs off the loop)."""
+    for job in jobs:
+        job.run()

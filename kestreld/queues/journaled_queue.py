@@ -7,25 +7,31 @@ A ``journal = false`` queue keeps no files and lives in memory only.
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import os
 import time
 from concurrent.futures import Executor
 
 import structlog
 
 from kestreld.config import QueueConfig, ServerConfig
-from kestreld.journal.checkpoint import read_checkpoint, write_checkpoint
-from kestreld.journal.files import QueueFiles, checkpoint_name
-from kestreld.journal.writer import Batch, JournalWriteError, Segment, WriterJournal
+from kestreld.journal.batch import Batch
+from kestreld.journal.checkpoint import read_checkpoint
+from kestreld.journal.files import QueueFiles
+from kestreld.journal.writer import JournalWriteError, Segment, WriterJournal
 from kestreld.queues.item import QueueItem
-from kestreld.queues.reader import Reader
+from kestreld.queues.reader import Compaction, Reader
 
 log = structlog.get_logger("kestreld.queues")
 
 
+#: A put waiting for its batch: the item, where it is, and the fanout readers
+#: that were full when it was put (they drop it), or None.
+_Put = tuple[QueueItem, Segment, int, "frozenset[Reader] | None"]
+
+
 class QueueFull(Exception):
-    """A reader is full and does not discard old items."""
+    """The queue is full and does not discard old items (its fanout readers never refuse)."""
 
 
 class JournaledQueue:
@@ -57,7 +63,7 @@ class JournaledQueue:
         self._next_id = 1  # ids of journal-less queues
         # Puts of the batch not yet acknowledged (see put()).
         self._pending_batch: Batch | None = None
-        self._pending: list[tuple[QueueItem, Segment, int]] = []
+        self._pending: list[_Put] = []
         self.pending_items = 0
         self.pending_bytes = 0
         self.deleted = False
@@ -97,9 +103,9 @@ class JournaledQueue:
                 head, done = cp.head, cp.done
                 if cp.problem and cp.head == 0 and oldest:
                     head = oldest - 1
-            reader.restore(head, done)
-            if cp is None or cp.problem:
-                reader.dirty = True
+            reader.restore(head, done, rewrite=cp is None or cp.problem is not None)
+            if cp is not None and cp.problem:
+                reader.compact_now()  # cut the damaged tail before anything is appended
         return warnings
 
     def _new_reader(self, rname: str) -> Reader:
@@ -115,7 +121,7 @@ class JournaledQueue:
         if reader is None and create and (rname or not self.config.fanout_only):
             reader = self._new_reader(rname)
             reader.start_at_tail()
-            self.save_checkpoint_soon(reader)
+            self.compact_soon(reader)  # its file must exist before a crash can forget it
             log.info("reader_created", queue=self.name, reader=rname)
         return reader
 
@@ -123,9 +129,7 @@ class JournaledQueue:
         reader = self.readers.pop(rname, None)
         if reader is None:
             return False
-        reader.close()
-        if self.journal is not None:
-            _unlink(os.path.join(self.folder, checkpoint_name(self.name, rname)))
+        reader.erase()
         return True
 
     @property
@@ -149,20 +153,33 @@ class JournaledQueue:
                 expire_time = limit
         readers = self.readers.values()
         p_items, p_bytes = self.pending_items, self.pending_bytes
-        for reader in readers:
-            if reader.is_full(p_items, p_bytes):
-                if not reader.config.discard_old_when_full:
-                    raise QueueFull(reader.full_name)
+        # Kestrel 2.x: a fanout reader is its own queue.  The queue itself (the
+        # default reader) refuses a put when full; a full fanout reader never
+        # blocks the queue and its other readers: it discards its oldest item
+        # (discard_old_when_full) or drops the new one for itself.
+        default = self.readers.get("")
+        if (
+            default is not None
+            and not default.config.discard_old_when_full
+            and default.is_full(p_items, p_bytes)
+        ):
+            raise QueueFull(default.full_name)
+        skipping: frozenset[Reader] | None = None
         for reader in readers:
             if reader.config.discard_old_when_full:
                 reader.make_room(now, p_items, p_bytes)
+            elif reader.name and reader.is_full(p_items, p_bytes):
+                skipping = (skipping or frozenset()) | {reader}
         self.last_activity = time.monotonic()
         journal = self.journal
         if journal is None:
             item = QueueItem(self._next_id, now, expire_time, 0, data)
             self._next_id += 1
             for reader in readers:
-                reader.offer(item, None, 0, now)
+                if skipping is not None and reader in skipping:
+                    reader.drop(item.id)
+                else:
+                    reader.offer(item, None, 0, now)
             return None
         id_, seg, offset, batch = journal.put(now, data, expire_time)
         # Readers get the item once its batch is acknowledged (written, or fsynced
@@ -171,66 +188,56 @@ class JournaledQueue:
             self._pending_batch = batch
             self._pending = []
             batch.add_done_callback(functools.partial(self._acknowledged, self._pending))
-        self._pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset))
+        self._pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping))
         self.pending_items += 1
         self.pending_bytes += len(data)
         return batch
 
-    def _acknowledged(self, puts: list[tuple[QueueItem, Segment, int]], batch: Batch) -> None:
+    def _acknowledged(self, puts: list[_Put], batch: Batch) -> None:
         """A batch resolved: offer its items to the readers, or drop them if it failed."""
         if self._pending is puts:
             self._pending_batch = None
             self._pending = []
         self.pending_items -= len(puts)
-        self.pending_bytes -= sum(len(item.data) for item, _, _ in puts)
+        self.pending_bytes -= sum(len(put[0].data) for put in puts)
         if self.deleted:
             return
         readers = list(self.readers.values())
         if batch.error is not None:
             # Refused with SERVER_ERROR: never delivered; the ids are spent.
             for reader in readers:
-                for item, _, _ in puts:
-                    reader.commit(item.id)
+                for put in puts:
+                    reader.commit(put[0].id)
             return
         now = int(time.time() * 1000)
-        for item, seg, offset in puts:
+        for item, seg, offset, skipping in puts:
             for reader in readers:
-                reader.offer(item, seg, offset, now)
+                if skipping is not None and reader in skipping:
+                    reader.drop(item.id)  # this fanout reader was full
+                else:
+                    reader.offer(item, seg, offset, now)
 
     # --- durability -----------------------------------------------------------------------
 
-    def save_checkpoint_soon(self, reader: Reader) -> None:
-        if self.journal is None or self.executor is None:
+    def compact_soon(self, reader: Reader) -> None:
+        """Rewrite one reader's progress file now, off the loop."""
+        job = reader.start_compaction()
+        if job is None:
             return
-        import asyncio
+        if self.executor is None:
+            job.run()
+            reader.finish_compaction(job)
+            return
+        fut = asyncio.get_running_loop().run_in_executor(self.executor, job.run)
+        fut.add_done_callback(lambda _: reader.finish_compaction(job))
 
-        path = os.path.join(self.folder, checkpoint_name(self.name, reader.name))
-        head, done = reader.checkpoint_state()
-        reader.dirty = False
-        fut = asyncio.get_running_loop().run_in_executor(
-            self.executor, write_checkpoint, path, head, done
-        )
-        fut.add_done_callback(lambda f: self._checkpoint_written(reader, head, f))
-
-    def _checkpoint_written(self, reader: Reader, head: int, fut) -> None:
-        exc = fut.exception()
-        if exc is not None:
-            reader.dirty = True
-            log.error("checkpoint_failed", queue=reader.full_name, error=str(exc))
-        else:
-            reader.saved_head = max(reader.saved_head, head)
-
-    def checkpoint_jobs(self) -> list[tuple[Reader, str, int, list[int]]]:
-        """Snapshots of the readers whose state changed since the last checkpoint."""
-        if self.journal is None:
-            return []
+    def compactions(self) -> list[Compaction]:
+        """Rewrites for the readers whose state changed since their last one."""
         jobs = []
         for reader in self.readers.values():
-            if reader.dirty:
-                reader.dirty = False
-                head, done = reader.checkpoint_state()
-                path = os.path.join(self.folder, checkpoint_name(self.name, reader.name))
-                jobs.append((reader, path, head, done))
+            job = reader.start_compaction()
+            if job is not None:
+                jobs.append(job)
         return jobs
 
     def remove_dead_segments(self) -> list[str]:
@@ -247,22 +254,16 @@ class JournaledQueue:
         if self.journal is None:
             return
         self.journal.close()
-        for reader, path, head, done in self.checkpoint_jobs():
-            try:
-                write_checkpoint(path, head, done)
-                reader.saved_head = head
-            except OSError as e:
-                log.error("checkpoint_failed", queue=reader.full_name, error=str(e))
+        for reader in self.readers.values():
+            reader.compact_now()
 
     def erase(self) -> None:
         """Delete the queue's files (``delete q``)."""
         self.deleted = True
         for reader in self.readers.values():
-            reader.close()
+            reader.erase()
         if self.journal is not None:
             self.journal.erase()
-            for rname in self.readers:
-                _unlink(os.path.join(self.folder, checkpoint_name(self.name, rname)))
 
     def reconfigure(self, server_config: ServerConfig) -> None:
         """Apply a reloaded config live."""
@@ -274,13 +275,6 @@ class JournaledQueue:
             self.journal.archive_path = server_config.archive_path
         for rname, reader in self.readers.items():
             reader.config = server_config.queue(self.name if not rname else f"{self.name}+{rname}")
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 __all__ = ["JournaledQueue", "QueueFull", "JournalWriteError"]

@@ -12,14 +12,20 @@ which every item is done, ``done`` holds ids confirmed out of order.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
 from kestreld.config import QueueConfig
+from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
+from kestreld.journal.cursor import ReadBehind
+from kestreld.journal.files import checkpoint_name, unlink_quietly
+from kestreld.journal.progress import ProgressLog, rewrite
 from kestreld.journal.writer import Segment, WriterJournal
 from kestreld.queues.blocking import BlockingQueue
 from kestreld.queues.item import QueueItem
@@ -45,15 +51,25 @@ class OpenRead:
         self.finished = False
 
 
-class ReadBehind:
-    """Where a reader resumes reading items that are only in the journal."""
+@dataclass(slots=True, eq=False)
+class Compaction:
+    """One rewrite of a reader's progress file: snapshot on the loop, ``run`` off it."""
 
-    __slots__ = ("segment", "offset", "next_id")
+    reader: Reader
+    path: str
+    head: int
+    done: list[int]
+    sync_folder: bool
+    error: str | None = "not run"
+    finished: bool = False
 
-    def __init__(self, segment: Segment, offset: int, next_id: int) -> None:
-        self.segment = segment
-        self.offset = offset
-        self.next_id = next_id  # the lowest id not yet loaded
+    def run(self) -> None:
+        """Blocking: write, fsync and rename the new file (never raises)."""
+        try:
+            rewrite(self.path, self.head, self.done, self.sync_folder)
+            self.error = None
+        except OSError as e:
+            self.error = e.strerror or str(e)
 
 
 class Reader:
@@ -70,9 +86,16 @@ class Reader:
         self.open_reads: dict[int, OpenRead] = {}
         self.head = 0
         self.done: set[int] = set()
-        self.dirty = False
-        self.saved_head = 0  # the head in the last durable checkpoint
+        self.dirty = False  # state changed since the last rewrite of the progress file
+        self.saved_head = 0  # the head in the last rewrite: segments below it may go
         self.deleted = False
+        self.progress: ProgressLog | None = None
+        if queue.journal is not None:
+            self.progress = ProgressLog(
+                os.path.join(queue.folder, checkpoint_name(queue.name, name)),
+                self.checkpoint_state,
+                self._progress_acked,
+            )
         self.on_expired: Callable[[Reader, QueueItem], None] | None = None
         # stats
         self.total_items = 0
@@ -89,11 +112,19 @@ class Reader:
 
     # --- start-up ---------------------------------------------------------------------
 
-    def restore(self, head: int, done: set[int]) -> None:
-        """Resume from a checkpoint: items after ``head`` and not in ``done`` are unread."""
+    def restore(self, head: int, done: set[int], rewrite: bool = False) -> None:
+        """Resume from a checkpoint: items after ``head`` and not in ``done`` are unread.
+
+        ``rewrite``: the file is missing or was damaged; the next compaction
+        replaces it with this state (the damaged tail is cut).
+        """
         journal = self.journal
+        while head + 1 in done:
+            head += 1
+            done.discard(head)
         self.head = self.saved_head = head
         self.done = done
+        self.dirty = self.dirty or rewrite
         if journal is None or journal.last_id <= head:
             self.done = set()
             return
@@ -145,6 +176,13 @@ class Reader:
                     self.mem_bytes += size
                 return
             self.rb = ReadBehind(seg, offset, item.id)
+
+    def drop(self, id_: int) -> None:
+        """A new item this full fanout reader does not take (Kestrel 2.x: its own queue was full)."""
+        if id_ <= self.head:
+            return
+        self.discarded += 1
+        self.commit(id_)
 
     def is_full(self, pending_items: int = 0, pending_bytes: int = 0) -> bool:
         """Full, counting puts not yet acknowledged (they are on their way in)."""
@@ -212,12 +250,48 @@ class Reader:
         self.transactions += 1
         return read
 
-    def confirm(self, read: OpenRead) -> None:
+    def confirm(self, read: OpenRead) -> Batch | None:
+        """Confirm an open read; the ticket to wait on before acknowledging it (or None).
+
+        The read counts as confirmed once the ticket resolves without error;
+        if it fails the caller gives the read back with :meth:`reopen`.
+        """
         if read.finished:
-            return
+            return None
         read.finished = True
-        if self.open_reads.pop(read.item.id, None) is not None and not self.deleted:
-            self.commit(read.item.id)
+        if self.open_reads.pop(read.item.id, None) is None or self.deleted:
+            return None
+        return self._durably_commit(read.item.id)
+
+    def consume(self, item: QueueItem) -> Batch | None:
+        """A plain get: the item is consumed once the ticket (if any) resolves."""
+        return self._durably_commit(item.id)
+
+    def reopen(self, read: OpenRead) -> None:
+        """Its confirm failed: the read is open again (the caller holds it)."""
+        if self.deleted:
+            return
+        read.finished = False
+        self.open_reads[read.item.id] = read
+
+    def _durably_commit(self, id_: int) -> Batch | None:
+        progress = self.progress
+        journal = self.journal
+        if progress is None or journal is None or journal.closed:
+            self.commit(id_)
+            return None
+        batch = progress.record(id_)
+        journal.join(progress)
+        return batch
+
+    def _progress_acked(self, ids: list[int], batch: Batch) -> None:
+        if batch.error is None:
+            for id_ in ids:
+                self.commit(id_)
+        else:
+            # The record may be on disk although the write or fsync failed: the
+            # next rewrite replaces the file by the state without those ids.
+            self.dirty = True
 
     def abort(self, reads: list[OpenRead]) -> None:
         """Give open reads back to the head of the queue, in their original order."""
@@ -426,10 +500,65 @@ class Reader:
     def checkpoint_state(self) -> tuple[int, list[int]]:
         return self.head, sorted(self.done)
 
+    # --- persistence: the one place the progress file is rewritten -----------------------
+
+    def start_compaction(self) -> Compaction | None:
+        """A rewrite of the progress file when the state changed since the last one.
+
+        Appends wait while it runs.  Ids written but not yet acknowledged are
+        kept in the snapshot: they are on disk already and the rename must not
+        take them away.
+        """
+        progress = self.progress
+        if progress is None or self.deleted or progress.compacting or not self.dirty:
+            return None
+        self.dirty = False
+        progress.compacting = True
+        head = self.head
+        done = self.done.union(i for i in progress.inflight_ids() if i > head)
+        sync_folder = self.config.sync_journal is not None
+        return Compaction(self, progress.path, head, sorted(done), sync_folder)
+
+    def finish_compaction(self, job: Compaction) -> None:
+        """Back on the loop after ``job.run()``: append to the new file from now on."""
+        if job.finished:
+            return
+        job.finished = True
+        progress = self.progress
+        journal = self.journal
+        assert progress is not None and journal is not None
+        if self.deleted:
+            unlink_quietly(job.path)  # the rewrite raced the reader's deletion
+            return
+        if job.error is not None:
+            log.error("checkpoint_failed", queue=self.full_name, error=job.error)
+            self.dirty = True
+            progress.compacting = False
+        else:
+            self.saved_head = max(self.saved_head, job.head)
+            journal.retire(progress.swap())
+        if progress.has_pending:
+            journal.join(progress)
+
+    def compact_now(self) -> None:
+        """Blocking rewrite (start-up repair, shutdown)."""
+        job = self.start_compaction()
+        if job is not None:
+            job.run()
+            self.finish_compaction(job)
+
     def close(self) -> None:
         """The reader is gone: wake its waiters empty-handed."""
         self.deleted = True
         self.memory.wake_all()
+        if self.progress is not None and self.journal is not None:
+            self.journal.retire(self.progress.close())
+
+    def erase(self) -> None:
+        """Close the reader and delete its progress file."""
+        self.close()
+        if self.progress is not None:
+            unlink_quietly(self.progress.path)
 
     def stats(self) -> dict[str, int]:
         journal = self.journal

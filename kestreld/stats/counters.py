@@ -53,7 +53,8 @@ def queue_stats(queues: QueueCollection) -> list[tuple[str, dict[str, int]]]:
             values["total_items"] = queue.last_id
         children = queue.children()
         if children:
-            values["children"] = len(children)
+            # Kestrel's form: the readers' names, comma-separated ("audit,billing").
+            values["children"] = ",".join(sorted(r.name for r in children))  # type: ignore[assignment]
         out.append((qname, values))
         for reader in sorted(children, key=lambda r: r.name):
             out.append((reader.full_name, reader.stats()))

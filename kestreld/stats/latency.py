@@ -70,7 +70,7 @@ class LatencyHistograms(Collector):
             histogram.observe(seconds)
 
     def observe_fsync(self, seconds: float) -> None:
-        """``kestreld.journal.writer.fsync_observer``: seconds one fsync took."""
+        """``kestreld.journal.periodic_sync.fsync_observer``: seconds one fsync took."""
         self.fsync.observe(seconds)
 
     def snapshot(self) -> LatencyHistograms:

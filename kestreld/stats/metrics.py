@@ -19,7 +19,7 @@ longer than ``stats`` would.
   HEAD: 405.  One request per connection (``Connection: close``).
 
 While it runs, the latency observers (``server.latency_observer`` and
-``kestreld.journal.writer.fsync_observer``) feed its histograms.
+``kestreld.journal.periodic_sync.fsync_observer``) feed its histograms.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.exposition import choose_encoder
 
 from kestreld import __version__
-from kestreld.journal import writer
+from kestreld.journal import periodic_sync
 from kestreld.stats.collector import StatsCollector, StatsSnapshot
 from kestreld.stats.latency import LatencyHistograms
 
 if TYPE_CHECKING:
-    from kestreld.protocol.server import Server
+    from kestreld.state import ServerState as Server
 
 log = structlog.get_logger("kestreld.metrics")
 
@@ -72,7 +72,7 @@ class MetricsServer:
 
     async def start(self) -> None:
         """Listen, and hook the latency observers.  Raises StartupError when it cannot listen."""
-        from kestreld.protocol.server import StartupError
+        from kestreld.state import StartupError
 
         config = self.server.config
         address = config.metrics_address or config.listen_address
@@ -89,7 +89,7 @@ class MetricsServer:
                 f"cannot listen on {address}:{config.metrics_port} for metrics: {e.strerror or e}"
             ) from None
         self.server.latency_observer = self.latency.observe_request
-        writer.fsync_observer = self.latency.observe_fsync
+        periodic_sync.fsync_observer = self.latency.observe_fsync
         sock = self._listener.sockets[0].getsockname()
         log.info(
             "metrics_listening", address=f"{sock[0]}:{sock[1]}", paths=["/metrics", "/stats.json"]
@@ -104,8 +104,8 @@ class MetricsServer:
         """Stop listening, end requests in progress, unhook the observers."""
         if self.server.latency_observer == self.latency.observe_request:
             self.server.latency_observer = None
-        if writer.fsync_observer == self.latency.observe_fsync:
-            writer.fsync_observer = None
+        if periodic_sync.fsync_observer == self.latency.observe_fsync:
+            periodic_sync.fsync_observer = None
         if self._listener is None:
             return
         self._listener.close()

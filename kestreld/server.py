@@ -1,4 +1,5 @@
-"""The server: start-up, the listening socket, periodic work and graceful shutdown."""
+"""The composition root: lock the folder, load the queues, listen, run periodic work,
+handle signals (SIGTERM/SIGINT stop gracefully, SIGHUP reloads the config) and shut down."""
 
 from __future__ import annotations
 
@@ -18,17 +19,28 @@ import structlog
 from kestreld import __version__
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
-from kestreld.log import configure_logging
+from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.connection import MemcacheConnection
-from kestreld.protocol.status import ServerStatus, load_status, save_status
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
+from kestreld.state import ServerStatus, StartupError, load_status, save_status
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
 
 log = structlog.get_logger("kestreld.server")
 
 
-class StartupError(Exception):
-    """The server cannot start; the message says why (and what to do)."""
+#: Settings read once at start-up: a reload names them instead of applying them.
+RESTART_KEYS = (
+    "listen_address",
+    "port",
+    "queue_path",
+    "metrics_port",
+    "metrics_address",
+    "log_format",
+    "checkpoint_interval",
+    "expiration_timer_frequency",
+)
+
+__all__ = ["RESTART_KEYS", "Server", "StartupError", "build_server_config", "run_server"]
 
 
 class Server:
@@ -133,6 +145,7 @@ class Server:
         log.info(
             "listening",
             address=f"{sock[0]}:{sock[1]}",
+            config=os.path.abspath(self.config_path) if self.config_path else None,
             queue_path=os.path.abspath(self.config.queue_path),
             status=self.status.value,
             version=__version__,
@@ -205,22 +218,40 @@ class Server:
         lines.append("END\r\n")
         return "\r\n".join(lines).encode()
 
-    def reload(self) -> str | None:
-        """Re-read the config file; returns an error message or None."""
+    def reload(self) -> tuple[str | None, list[str]]:
+        """Re-read the config file: (error or None, keys that need a restart to apply).
+
+        Queue settings and most server settings apply at once (``log_level``
+        too); the keys of :data:`RESTART_KEYS` keep their running values and are
+        named, in the reply and the log.
+        """
+        if self.config_path is None:
+            log.warning("config_reload_skipped", reason="no config file (started without --config)")
+            return "no config file to reload (started without --config)", []
         try:
             fresh = load_config(self.config_path)
         except ConfigError as e:
-            log.error("config_reload_failed", error=str(e))
-            return f"config not reloaded: {e}"
+            log.error("config_reload_failed", source=self.config_path, error=str(e))
+            return f"config not reloaded: {e}", []
         fresh = dataclasses.replace(fresh, **self.overrides)
-        for key in ("listen_address", "port", "queue_path"):
+        needs_restart = []
+        for key in RESTART_KEYS:
             if getattr(fresh, key) != getattr(self.config, key):
-                log.warning("config_reload_ignored", key=key, reason="needs a restart")
+                needs_restart.append(key)
                 fresh = dataclasses.replace(fresh, **{key: getattr(self.config, key)})
+        if fresh.log_level != self.config.log_level:
+            set_log_level(fresh.log_level)
         self.config = fresh
         self.queues.reconfigure(fresh)
-        log.info("config_reloaded", source=self.config_path)
-        return None
+        if needs_restart:
+            log.warning("config_reload_needs_restart", keys=needs_restart)
+        log.info("config_reloaded", source=self.config_path, needs_restart=needs_restart)
+        return None, needs_restart
+
+    def reload_on_signal(self) -> None:
+        """SIGHUP: reload the config (the daemon convention), never stop."""
+        log.info("reload_requested", reason="SIGHUP")
+        self.reload()
 
     def set_status(self, status: ServerStatus) -> None:
         if status is self.status:
@@ -298,6 +329,7 @@ async def _main(config: ServerConfig, config_path: str | None, overrides: dict[s
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_shutdown, sig.name)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_on_signal)
     try:
         await server.start()
     except StartupError as e:

@@ -1,0 +1,92 @@
+"""Read-behind: reading acknowledged items back from writer segments.
+
+A reader whose items do not fit in memory keeps a :class:`ReadBehind` cursor
+(segment, offset, next id) and refills memory through the queue's
+:class:`SegmentReader`, which keeps one read-only descriptor per segment.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from kestreld.journal import codec
+
+if TYPE_CHECKING:
+    from kestreld.journal.writer import Segment
+
+
+class ReadBehind:
+    """Where a reader resumes reading items that are only in the journal."""
+
+    __slots__ = ("segment", "offset", "next_id")
+
+    def __init__(self, segment: Segment, offset: int, next_id: int) -> None:
+        self.segment = segment
+        self.offset = offset
+        self.next_id = next_id  # the lowest id not yet loaded
+
+
+class SegmentReader:
+    """pread()s of whole records from segments, one cached descriptor per segment."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def read(
+        self, seg: Segment, offset: int, max_bytes: int
+    ) -> tuple[list[codec.Put], int, str | None]:
+        """Complete PUTs from ``seg`` at ``offset``, about ``max_bytes`` worth.
+
+        Returns (puts with file offsets, next offset, problem).  Only acknowledged
+        puts are read (``seg.visible``): a put whose batch is pending or failed is
+        not, so readers never see an item its producer was not told is stored.
+        """
+        end = seg.visible
+        if offset >= end:
+            return [], offset, None
+        fd = self._fds.get(seg.path)
+        if fd is None:
+            fd = os.open(seg.path, os.O_RDONLY)
+            self._fds[seg.path] = fd
+        want = max(64 * 1024, max_bytes)
+        while True:
+            n = min(want, end - offset)
+            data = os.pread(fd, n, offset)
+            res = codec.scan(data, 0)
+            puts = [r for r in res.records if isinstance(r, codec.Put)]
+            for p in puts:
+                p.offset += offset  # file offsets
+            if res.status == codec.Status.CORRUPT:
+                return (
+                    puts,
+                    offset + res.pos,
+                    f"corrupt record at offset {offset + res.pos}: {res.problem}",
+                )
+            if res.status == codec.Status.END:
+                return puts, end, None
+            if res.records or len(data) < n:
+                if not res.records and len(data) < n:
+                    return [], offset, f"short read at offset {offset}"
+                return puts, offset + res.pos, None
+            if n >= end - offset:
+                # Not even one whole record up to the written end.
+                return [], offset, f"torn record at offset {offset}"
+            want *= 4
+
+    def release(self, seg: Segment) -> None:
+        fd = self._fds.pop(seg.path, None)
+        if fd is not None:
+            _close(fd)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            _close(fd)
+        self._fds.clear()
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

@@ -1,0 +1,275 @@
+"""Request framing of the memcache text protocol: lines, data blocks, skips and limits.
+
+A request is a line, and for the storage commands (``set add replace append
+prepend cas``) and meta ``ms`` a data block of the length the line names,
+ended by ``\\r\\n`` (or a bare ``\\n``, for clients such as ``nc`` without
+``-C``).  The framing knows every command's shape from the command table, so
+a data block is always read, or skipped, before the next line is looked at:
+payload bytes are never taken for a command, whatever they hold.
+
+- A kept block (a ``set`` that may be stored) is buffered until it is whole;
+  a large one is collected as a list of packets, joined once.
+- A skipped block (any other storage command, a refused ``set``) is dropped
+  as it arrives: at most one packet is ever held of it.
+- A length that is not a number, negative, or beyond :data:`LENGTH_LIMIT`
+  gets an error at once and closes the connection: where such a block would
+  end cannot be known, so nothing after it can be trusted.
+- A line longer than ``max_line_length`` is answered the same way.
+- A block not followed by its terminator gets ``CLIENT_ERROR bad data chunk``
+  at once and the rest of that line is dropped.
+
+The framing owns no reply and no flow control: it hands each request to its
+sink (the connection), which answers :data:`GO`, :data:`STOP` or
+:data:`LATER`.  State is a handful of fixed fields so the class can later be
+compiled (Cython, a ``.pxd`` beside this file) without changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
+
+#: Shapes of a request.
+LINE = 0  # a line only
+STORAGE = 1  # <cmd> <key> <flags> <exptime> <bytes> [<cas unique>] [noreply], then a block
+META_SET = 2  # ms <key> <datalen> <flag>*, then a block
+
+#: The longest data block the framing will skip; memcached's own ceiling (``-I 1024m``).
+#: A longer declared length is answered at once and the connection closed.
+LENGTH_LIMIT = 1 << 30
+#: Bytes of a partial data block below which packets are simply concatenated.
+ACCUMULATE_THRESHOLD = 64 * 1024
+
+#: What a sink answers for a request.
+GO = 0  # done: parse the next request
+STOP = 1  # done, but parse nothing more now (a wait began, output paused, closing)
+LATER = 2  # not run: keep it, and stop until the sink resumes parsing
+#: What a sink answers for the line of a request with a data block.
+KEEP = 3  # read the block, then call ``block``
+SKIP = 4  # already answered: drop the block as it arrives
+
+
+class Command:
+    """One entry of the command table: the word, its shape and its handler."""
+
+    __slots__ = ("word", "shape", "length_at", "noreply_after", "run", "accept", "waits_for_sets")
+
+    def __init__(
+        self,
+        word: bytes,
+        run: Callable,
+        *,
+        shape: int = LINE,
+        noreply_after: int = 0,
+        accept: Callable | None = None,
+        waits_for_sets: bool = True,
+    ) -> None:
+        self.word = word
+        self.shape = shape
+        #: Index of the block length in the request line (storage: 4, ms: 2).
+        self.length_at = 4 if shape == STORAGE else 2
+        #: ``noreply`` may end the line after this many words (0: never, memcached's rule).
+        self.noreply_after = noreply_after
+        #: ``run(conn, args)`` for a line; ``run(conn, args, block)`` with a block.
+        self.run = run
+        #: ``accept(conn, args, size) -> bool`` for a block: True to read it, False to skip it.
+        self.accept = accept
+        #: Runs only after this connection's earlier sets are acknowledged.
+        self.waits_for_sets = waits_for_sets
+
+
+class Sink(Protocol):
+    """What the framing hands requests to (the connection)."""
+
+    def request(self, command: Command, args: list[bytes], quiet: bool) -> int: ...
+
+    def block_header(self, command: Command, args: list[bytes], size: int, quiet: bool) -> int: ...
+
+    def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int: ...
+
+    def bad_block(self, quiet: bool) -> None: ...
+
+    def fatal(self, reply: bytes) -> None: ...
+
+
+class Framing:
+    """The framing state of one connection; ``receive`` then ``parse``."""
+
+    __slots__ = (
+        "table",
+        "unknown",
+        "max_line",
+        "buf",
+        "chunks",
+        "chunk_len",
+        "need",
+        "skip",
+        "block_command",
+        "block_args",
+        "block_size",
+        "block_quiet",
+        "expect_end",
+        "drop_line",
+    )
+
+    def __init__(self, table: dict[bytes, Command], unknown: Command, max_line: int) -> None:
+        self.table = table
+        self.unknown = unknown  # the entry for any word not in the table
+        self.max_line = max_line
+        self.buf = b""  # input not parsed yet
+        self.chunks: list[bytes] | None = None  # a large kept block arriving in pieces
+        self.chunk_len = 0
+        self.need = 0
+        self.skip = 0  # bytes of a skipped block still to drop
+        self.block_command: Command | None = None  # a kept block being read
+        self.block_args: list[bytes] | None = None
+        self.block_size = 0
+        self.block_quiet = False  # noreply: the block's errors are not answered either
+        self.expect_end = False  # a skipped block ended: its terminator comes next
+        self.drop_line = False  # after a bad terminator: drop up to the next newline
+
+    def receive(self, data: bytes) -> bytes | None:
+        """Input as it arrives, past any skip: the bytes to parse, or None for none yet."""
+        if self.skip:
+            n = min(self.skip, len(data))
+            self.skip -= n
+            if self.skip or n == len(data):
+                return None
+            data = data[n:]
+        if self.chunks is not None:
+            self.chunks.append(data)
+            self.chunk_len += len(data)
+            if self.chunk_len < self.need:
+                return None
+            data = b"".join(self.chunks)
+            self.chunks = None
+        elif self.buf:
+            data = self.buf + data
+        self.buf = b""
+        return data
+
+    def parse(self, sink: Sink, data: bytes) -> None:
+        """Hand every complete request in ``data`` to ``sink``; keep the rest in ``buf``."""
+        pos = 0
+        end = len(data)
+        table = self.table
+        max_line = self.max_line
+        while pos < end:
+            command = self.block_command
+            if command is not None:
+                stop = pos + self.block_size
+                if stop >= end:
+                    break
+                after = -1
+                if data[stop] == 10:
+                    after = stop + 1
+                elif data[stop] == 13:
+                    if stop + 1 >= end:
+                        break
+                    if data[stop + 1] == 10:
+                        after = stop + 2
+                args = self.block_args
+                quiet = self.block_quiet
+                self.block_command = None
+                self.block_args = None
+                if after < 0:
+                    sink.bad_block(quiet)  # nothing stored; the rest of the line is dropped
+                    self.drop_line = True
+                    pos = stop
+                    continue
+                verdict = sink.block(command, args, data[pos:stop], quiet)  # type: ignore[arg-type]
+                pos = after
+                if verdict != GO:
+                    break
+                continue
+            if self.expect_end:
+                byte = data[pos]
+                if byte == 10:
+                    self.expect_end = False
+                    pos += 1
+                    continue
+                if byte == 13:
+                    if pos + 1 >= end:
+                        break
+                    if data[pos + 1] == 10:
+                        self.expect_end = False
+                        pos += 2
+                        continue
+                self.expect_end = False
+                sink.bad_block(self.block_quiet)
+                self.drop_line = True
+                continue
+            nl = data.find(b"\n", pos)
+            if self.drop_line:
+                if nl < 0:
+                    pos = end  # dropped as it arrives, never buffered
+                    break
+                self.drop_line = False
+                pos = nl + 1
+                continue
+            if nl < 0 or nl - pos >= max_line:
+                if nl >= 0 or end - pos >= max_line:
+                    sink.fatal(LINE_TOO_LONG)
+                    pos = end
+                break
+            stop = nl - 1 if nl > pos and data[nl - 1] == 13 else nl
+            args = data[pos:stop].split()
+            start = pos
+            pos = nl + 1
+            if not args:
+                continue
+            command = table.get(args[0])
+            if command is None:
+                command = table.get(args[0].lower())
+                if command is None:
+                    command = self.unknown
+            quiet = False
+            if command.noreply_after and len(args) > command.noreply_after:
+                quiet = args[-1] == b"noreply"
+            if command.shape == LINE:
+                verdict = sink.request(command, args, quiet)
+            else:
+                # The block's length: digits only (no sign), at most LENGTH_LIMIT.
+                size = -2
+                if len(args) > command.length_at:
+                    raw = args[command.length_at]
+                    size = int(raw) if raw.isdigit() and len(raw) <= 10 else -1
+                    if size > LENGTH_LIMIT:
+                        size = -1
+                if size < 0:
+                    # Where this block ends cannot be known: answer, and close.
+                    sink.fatal(BAD_DATA_CHUNK if size == -1 else BAD_COMMAND_LINE)
+                    pos = end
+                    break
+                verdict = sink.block_header(command, args, size, quiet)
+                if verdict == KEEP:
+                    self.block_command = command
+                    self.block_args = args
+                    self.block_size = size
+                    self.block_quiet = quiet
+                    continue
+                if verdict == SKIP:
+                    self.block_quiet = quiet
+                    self.expect_end = True
+                    n = min(size, end - pos)
+                    pos += n
+                    if n < size:
+                        self.skip = size - n
+                        break
+                    continue
+            if verdict == GO:
+                continue
+            if verdict == LATER:
+                pos = start
+            break
+        rest = data[pos:] if pos < end else b""
+        if self.block_command is not None:
+            need = self.block_size + 1  # the block and at least "\n"
+            if need > ACCUMULATE_THRESHOLD and len(rest) < need:
+                self.chunks = [rest]
+                self.chunk_len = len(rest)
+                self.need = need
+                rest = b""
+        self.buf = rest

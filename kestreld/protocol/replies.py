@@ -1,0 +1,34 @@
+"""Reply lines of the memcache text protocol, and the builders of error lines."""
+
+from __future__ import annotations
+
+STORED = b"STORED\r\n"
+NOT_STORED = b"NOT_STORED\r\n"
+END = b"END\r\n"
+ERROR = b"ERROR\r\n"
+DELETED = b"DELETED\r\n"
+VALUE_END = b"\r\nEND\r\n"
+FLUSHED_ALL = b"Flushed all queues.\r\n"
+RELOADED = b"Reloaded config.\r\n"
+
+
+def client_error(reason: str) -> bytes:
+    """The request was wrong: ``CLIENT_ERROR <reason>``."""
+    return b"CLIENT_ERROR " + reason.encode() + b"\r\n"
+
+
+def server_error(reason: str) -> bytes:
+    """The server could not do a right request: ``SERVER_ERROR <reason>``."""
+    return b"SERVER_ERROR " + reason.encode() + b"\r\n"
+
+
+def value(key: bytes, data: bytes) -> bytes:
+    """The header line of one item: ``VALUE <key> 0 <bytes>``."""
+    return b"VALUE %s 0 %d\r\n" % (key, len(data))
+
+
+BAD_QUEUE_NAME = client_error("bad queue name")
+MISSING_QUEUE_NAME = client_error("missing queue name")
+BAD_COMMAND_LINE = client_error("bad command line format")
+BAD_DATA_CHUNK = client_error("bad data chunk")
+LINE_TOO_LONG = client_error("line too long")

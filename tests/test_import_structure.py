@@ -1,0 +1,141 @@
+"""Dependencies point one way: protocol -> queues -> journal; stats reads state only.
+
+Two checks anyone can run: each layer imports alone in a fresh interpreter
+(without pulling in the layers above it), and a walk over the package's own
+import statements finds no cycle between modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "kestreld"
+
+#: layer -> layers it must not load (directly or through anything it imports).
+FORBIDDEN = {
+    "kestreld.names": [
+        "kestreld.journal",
+        "kestreld.queues",
+        "kestreld.protocol",
+        "kestreld.server",
+    ],
+    "kestreld.journal": [
+        "kestreld.queues",
+        "kestreld.protocol",
+        "kestreld.server",
+        "kestreld.stats",
+    ],
+    "kestreld.queues": ["kestreld.protocol", "kestreld.server", "kestreld.stats"],
+    "kestreld.protocol.framing": ["kestreld.queues", "kestreld.journal", "kestreld.server"],
+    "kestreld.protocol.connection": ["kestreld.server", "kestreld.stats"],
+    "kestreld.stats": ["kestreld.protocol", "kestreld.server"],
+    "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
+    "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
+    "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(FORBIDDEN))
+def test_each_layer_imports_alone(module):
+    code = (
+        "import sys, importlib\n"
+        f"importlib.import_module({module!r})\n"
+        f"bad = sorted(m for m in sys.modules if any(m == f or m.startswith(f + '.') "
+        f"for f in {FORBIDDEN[module]!r}))\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"{module} loads {result.stdout.strip()}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """Modules of the package this file imports when it loads (not under TYPE_CHECKING,
+    not inside functions: those run later and cannot make a load-time cycle)."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for sub in [node] if not isinstance(node, ast.If | ast.Try) else ast.walk(node):
+            if isinstance(sub, ast.Import):
+                found.update(a.name for a in sub.names)
+            elif isinstance(sub, ast.ImportFrom):
+                base = sub.module or ""
+                if sub.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - sub.level + 1])
+                    base = f"{base}.{sub.module}" if sub.module else base
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in sub.names)
+    return {m for m in found if m == "kestreld" or m.startswith("kestreld.")}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {
+        name: {m for m in _imports(path, name) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+
+
+#: (importer prefix, imported prefix): a direct import the layering forbids.
+DIRECT_FORBIDDEN = [
+    ("kestreld.protocol", "kestreld.journal"),  # the queue layer gives protocol what it needs
+    ("kestreld.protocol", "kestreld.server"),
+    ("kestreld.protocol", "kestreld.stats"),
+    ("kestreld.stats", "kestreld.protocol"),
+    ("kestreld.stats", "kestreld.server"),
+    ("kestreld.queues", "kestreld.protocol"),
+    ("kestreld.queues", "kestreld.server"),
+    ("kestreld.journal", "kestreld.queues"),
+    ("kestreld.journal", "kestreld.protocol"),
+]
+
+
+def test_no_layer_imports_what_it_must_not():
+    bad = [
+        f"{name} imports {dep}"
+        for name, deps in _graph().items()
+        for dep in deps
+        for importer, imported in DIRECT_FORBIDDEN
+        if (name == importer or name.startswith(importer + "."))
+        and (dep == imported or dep.startswith(imported + "."))
+    ]
+    assert bad == []
+
+
+def test_no_import_cycles_in_the_package():
+    graph = _graph()
+    cycles = []
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(stack[stack.index(dep) :] + [dep])
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
