@@ -369,6 +369,9 @@ class WriterJournal:
             if done is not None:
                 written.append(done)
                 self.sync.wrote_to(log_.fd)
+                if log_.created:  # found by test_power_loss.py: the name must be fsynced too
+                    log_.created = False
+                    self.sync.new_file()
         return written
 
     def _acknowledge(self, batch: Batch) -> None:
