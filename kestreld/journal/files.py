@@ -126,8 +126,14 @@ def scan_folder(path: str) -> FolderScan:
             continue
         if rest.isdigit():
             magic = _read_magic(full)
-            if magic == WRITER_MAGIC or len(magic) < MAGIC_SIZE and WRITER_MAGIC.startswith(magic):
-                # A segment torn before its magic was complete is still ours (and empty).
+            if (
+                magic == WRITER_MAGIC
+                or len(magic) < MAGIC_SIZE
+                and WRITER_MAGIC.startswith(magic)
+                or magic == bytes(MAGIC_SIZE)
+            ):
+                # A segment torn before its magic was complete is still ours (and empty);
+                # so is one whose first sector a power loss left as a hole of zeros.
                 queues.setdefault(queue, QueueFiles(queue)).segments.append((int(rest), full))
             elif magic[:1] and magic[0] in KESTREL2_OPCODES and magic != READER_MAGIC:
                 kestrel2.append(full)

@@ -115,6 +115,14 @@ class WriterJournal:
                 warnings.append(f"{path}: {size}-byte segment without a complete header; removed")
                 unlink_quietly(path)
                 continue
+            with open(path, "rb") as f:
+                magic = f.read(codec.MAGIC_SIZE)
+            if magic != codec.WRITER_MAGIC:
+                # The header is fsynced with the segment's first batch: a header that never
+                # reached the disk (a power loss left zeros) means nothing in it was acknowledged.
+                warnings.append(f"{path}: segment header never reached the disk; removed")
+                unlink_quietly(path)
+                continue
             self.segments.append(seg)
         # The newest is scanned whole (its first id is needed for the ranges below).
         if self.segments:
