@@ -30,6 +30,28 @@ TEMP_MARK = "~~"
 KESTREL2_OPCODES = frozenset(range(10))
 
 
+def fsync_folder(folder: str) -> None:
+    """Make the names in ``folder`` (creates, renames, unlinks) survive a power loss."""
+    fd = os.open(folder or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_folders(path: str) -> None:
+    """``os.makedirs`` whose new folders survive a power loss (each parent fsynced)."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    make_folders(parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    fsync_folder(parent)
+
+
 def segment_name(queue: str, stamp: int) -> str:
     return f"{queue}.{stamp}"
 
@@ -104,8 +126,14 @@ def scan_folder(path: str) -> FolderScan:
             continue
         if rest.isdigit():
             magic = _read_magic(full)
-            if magic == WRITER_MAGIC or len(magic) < MAGIC_SIZE and WRITER_MAGIC.startswith(magic):
-                # A segment torn before its magic was complete is still ours (and empty).
+            if (
+                magic == WRITER_MAGIC
+                or len(magic) < MAGIC_SIZE
+                and WRITER_MAGIC.startswith(magic)
+                or magic == bytes(MAGIC_SIZE)
+            ):
+                # A segment torn before its magic was complete is still ours (and empty);
+                # so is one whose first sector a power loss left as a hole of zeros.
                 queues.setdefault(queue, QueueFiles(queue)).segments.append((int(rest), full))
             elif magic[:1] and magic[0] in KESTREL2_OPCODES and magic != READER_MAGIC:
                 kestrel2.append(full)

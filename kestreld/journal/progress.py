@@ -47,6 +47,7 @@ class ProgressLog:
         "_batch",
         "_inflight",
         "compacting",
+        "created",
     )
 
     def __init__(self, path: str, state: StateSource, on_acked: AckedCallback) -> None:
@@ -59,6 +60,8 @@ class ProgressLog:
         self._batch: Batch | None = None  # the ticket of the pending ids
         self._inflight: dict[Batch, list[int]] = {}  # written, not yet acknowledged
         self.compacting = False  # a rewrite runs: appends wait for it
+        # The file was just created: its name is durable only once the folder is fsynced.
+        self.created = False
 
     # --- recording ----------------------------------------------------------------------
 
@@ -118,6 +121,7 @@ class ProgressLog:
             self._on_acked(ids, batch)
 
     def _open(self) -> None:
+        self.created = not os.path.exists(self.path)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
 

@@ -115,6 +115,14 @@ class WriterJournal:
                 warnings.append(f"{path}: {size}-byte segment without a complete header; removed")
                 unlink_quietly(path)
                 continue
+            with open(path, "rb") as f:
+                magic = f.read(codec.MAGIC_SIZE)
+            if magic != codec.WRITER_MAGIC:
+                # The header is fsynced with the segment's first batch: a header that never
+                # reached the disk (a power loss left zeros) means nothing in it was acknowledged.
+                warnings.append(f"{path}: segment header never reached the disk; removed")
+                unlink_quietly(path)
+                continue
             self.segments.append(seg)
         # The newest is scanned whole (its first id is needed for the ranges below).
         if self.segments:
@@ -369,6 +377,9 @@ class WriterJournal:
             if done is not None:
                 written.append(done)
                 self.sync.wrote_to(log_.fd)
+                if log_.created:  # found by test_power_loss.py: the name must be fsynced too
+                    log_.created = False
+                    self.sync.new_file()
         return written
 
     def _acknowledge(self, batch: Batch) -> None:
@@ -436,10 +447,11 @@ class WriterJournal:
     # --- dead segments ----------------------------------------------------------------
 
     def remove_dead(self, min_head: int, keep_from: int | None = None) -> list[str]:
-        """Delete (or archive) every segment but the newest whose ids are all <= min_head.
+        """Drop every segment but the newest whose ids are all <= min_head; returns their paths.
 
         Segments with a stamp >= ``keep_from`` (where a reader is still
-        reading) are kept whatever the heads say.
+        reading) are kept whatever the heads say.  The files themselves are
+        deleted or archived by ``retire.retire_segments``, off the event loop.
         """
         removed = []
         while len(self.segments) > 1:
@@ -448,18 +460,6 @@ class WriterJournal:
                 break
             self.segments.pop(0)
             self.reader.release(seg)
-            try:
-                if self.archive_path:
-                    os.makedirs(self.archive_path, exist_ok=True)
-                    os.replace(
-                        seg.path, os.path.join(self.archive_path, os.path.basename(seg.path))
-                    )
-                else:
-                    os.unlink(seg.path)
-            except OSError as e:
-                log.warning(
-                    "segment_removal_failed", queue=self.queue, path=seg.path, error=e.strerror
-                )
             removed.append(seg.path)
         return removed
 

@@ -11,6 +11,7 @@ import structlog
 
 from kestreld.config import ServerConfig
 from kestreld.journal.files import scan_folder
+from kestreld.journal.retire import retire_segments
 from kestreld.journal.writer import JournalWriteError
 from kestreld.names import split_queue_name
 from kestreld.queues.item import QueueItem
@@ -220,7 +221,17 @@ class QueueCollection:
                 self._finish_compactions(jobs)
             for queue in list(self.queues.values()):
                 if not queue.deleted:
-                    for path in queue.remove_dead_segments():
+                    dead = queue.remove_dead_segments()
+                    if dead:
+                        await asyncio.get_running_loop().run_in_executor(
+                            self.executor,
+                            retire_segments,
+                            queue.name,
+                            queue.folder,
+                            dead,
+                            self.config.archive_path,
+                        )
+                    for path in dead:
                         log.debug("segment_retired", queue=queue.name, path=path)
         finally:
             self._checkpointing = False

@@ -38,6 +38,8 @@ from typing import TextIO
 from kestreld.journal import codec
 from kestreld.journal.files import (
     checkpoint_name,
+    fsync_folder,
+    make_folders,
     scan_folder,
     segment_name,
     split_queue_name,
@@ -271,19 +273,6 @@ def _fsync_write(path: str, chunks: list[bytes]) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_queue(
     new_dir: str,
     queue: str,
@@ -347,7 +336,8 @@ def write_queue(
                 raise FileExistsError(f"{final} appeared during the import; not overwritten")
             os.rename(temp, final)
             renamed.append(final)
-        _fsync_dir(new_dir)
+        # Raises: an import is reported only once its names survive a power loss.
+        fsync_folder(new_dir)
     except BaseException:
         if out is not None:
             out.close()
@@ -520,7 +510,8 @@ def import_kestrel2(
         print("dry run: nothing written", file=out)
         return report
 
-    os.makedirs(new_dir, exist_ok=True)
+    # Durably: the files are fsynced into new_dir, so new_dir's own name must be too.
+    make_folders(new_dir)
     with ItemData() as data:
         try:
             journals = {}
