@@ -27,7 +27,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 from kestreld_process import Conn  # noqa: E402
-from soak_crash import CrashCampaign  # noqa: E402
+from soak_crash import CrashCampaign, CycleEvents, _explained_by_cut_gets  # noqa: E402
 
 from kestreld.journal import codec  # noqa: E402
 
@@ -104,6 +104,18 @@ def test_clean_restart_after_the_crashes_keeps_every_confirm(campaign):
 
 def test_server_logged_no_errors_through_the_crashes(campaign):
     assert not campaign.report.of("server_error"), _fail(campaign, "server_error")
+
+
+def test_ledger_excuses_a_missing_plain_get_item_only_by_gets_cut_after_its_store():
+    """The plain-get allowance: a get cut in one life cannot have taken an item stored later."""
+    life0 = CycleEvents(acked=["0.0.1", "0.0.2"], unanswered_gets=2)
+    life1 = CycleEvents(acked=["1.0.1"])
+    life2 = CycleEvents(acked=["2.0.1"], unanswered_gets=1)
+    assert _explained_by_cut_gets({"0.0.1", "0.0.2"}, [[life0], [life1]])
+    assert not _explained_by_cut_gets({"1.0.1"}, [[life0], [life1]])  # 2 cut gets, but earlier
+    assert _explained_by_cut_gets({"1.0.1"}, [[life0], [life1], [life2]])
+    assert not _explained_by_cut_gets({"1.0.1", "2.0.1"}, [[life0], [life1], [life2]])
+    assert _explained_by_cut_gets({"0.0.1", "2.0.1"}, [[life0], [life1], [life2]])
 
 
 # --- regressions: crash states found by the campaign -------------------------------------
