@@ -650,6 +650,12 @@ class CrashCampaign:
         errors = [e for e in lines if '"level": "error"' in e or "Traceback" in e]
         if errors:
             v.append(("server_error", f"server logged errors: {errors[:3]}"))
+        # A kill -9 never damages the middle of a segment (only its tail, cut at
+        # start-up): a reader that skips damage at run time (or finds a segment
+        # deleted under it) gives its items up.  Name the cause, not only the keys.
+        skipped = [e for e in lines if '"journal_damage_skipped"' in e]
+        if skipped:
+            v.append(("server_error", f"a reader skipped journal damage: {skipped[:3]}"))
 
 
 def main_loop(
