@@ -10,7 +10,7 @@
 # journals, writes checkpoints and exits 0, well within the 10 s stop timeout.
 
 # BASE: the image both stages start from.  The default is the official Python image;
-# any image with python (3.11+), pip, groupadd and useradd on PATH will do, e.g. a
+# any image with python (3.11+), its C headers, pip, groupadd and useradd on PATH will do, e.g. a
 # local Debian base where no registry is reachable (tests/test_image_podman.py builds one):
 #   docker build --build-arg BASE=localhost/debian-python:bookworm -t kestreld .
 ARG BASE=python:3.12-slim

@@ -2,8 +2,8 @@
 
 No Docker engine and no image registry are needed: a Debian 12 base (its
 python3 is 3.11) is made with ``debootstrap`` from Debian's packages, given a
-virtual environment on PATH (``python`` and ``pip``, as the official Python
-image has them), and imported into podman.  Then the repository's Dockerfile
+virtual environment on PATH (``python``, ``pip`` and the C headers, as the
+official Python image has them), and imported into podman.  Then the repository's Dockerfile
 is built on it (``--build-arg BASE=...``), and the container is:
 
 - run on a named volume, and set/get through from this machine (into the
@@ -111,11 +111,15 @@ class Podman:
 
 
 def build_base(podman: Podman, folder: Path) -> float:
-    """Debian 12 with python3 and a venv on PATH, imported as BASE_TAG; seconds taken."""
+    """Debian 12 with python3, its C headers and a venv on PATH, imported as BASE_TAG; seconds taken.
+
+    The headers are there as in the official Python image: the Dockerfile's build stage
+    compiles the hot path against them, and the build fails if the image runs plain Python.
+    """
     started = time.monotonic()
     rootfs = folder / "rootfs"
     subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
+        ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,python3-dev,ca-certificates",
          "bookworm", str(rootfs), MIRROR],
         check=True, capture_output=True, timeout=1200,
     )  # fmt: skip
