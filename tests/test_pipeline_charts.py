@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 
 import pytest
@@ -106,6 +107,50 @@ def test_lag_shows_unread_items_beside_the_oldest_unread_age() -> None:
         "jobs/(default)", "jobs/audit", "mail/(default)",
     ]  # fmt: skip
     assert [t.get_text().strip() for t in ages.texts] == ["90 min", "90 s", "nothing unread"]
+
+
+def test_lag_count_ticks_stay_apart_for_big_backlogs() -> None:
+    """40,000 unread drew nine ticks as '5000100001500020000...' run together: few, short ticks."""
+    table = pa.Table.from_pylist(
+        [
+            {"queue": "orders", "reader": "billing", "unread_items": 40_000,
+             "oldest_unread_age_ms": 900_000},
+            {"queue": "orders", "reader": "", "unread_items": 1_999, "oldest_unread_age_ms": 88_000},
+        ]
+    )  # fmt: skip
+    fig = charts.lag_figure(table)
+    fig.canvas.draw()
+    counts = fig.axes[0]
+    labels = [t for t in counts.get_xticklabels() if t.get_text()]
+    assert 2 <= len(labels) <= 5
+    assert all(len(t.get_text()) <= 5 for t in labels), [t.get_text() for t in labels]
+    boxes = sorted(
+        (t.get_window_extent() for t in labels if counts.get_xlim()[0] <= t.get_position()[0]
+         <= counts.get_xlim()[1]), key=lambda b: b.x0,
+    )  # fmt: skip
+    assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), "tick labels overlap"
+
+
+@pytest.mark.parametrize(
+    ("rows", "scale"),
+    [
+        ([("orders", 10, 80_000), ("emails", 11, 300)], "log"),  # 300 items must stay visible
+        ([("a", 3, 50), ("b", 4, 70)], "linear"),
+    ],
+)
+def test_sizes_turns_to_a_log_scale_when_queues_differ_by_orders(rows, scale) -> None:
+    table = pa.Table.from_pylist([{"queue": q, "bucket": b, "items": n} for q, b, n in rows])
+    (ax,) = charts.sizes_figure(table).axes
+    assert ax.get_yscale() == scale
+    assert sorted(p.get_height() for p in ax.patches if p.get_height()) == sorted(
+        n for _, _, n in rows
+    )
+
+
+def test_compact_counts() -> None:
+    assert [charts.compact_count(v) for v in (0, 950, 9_500, 40_000, 12_500, 1_250_000)] == [
+        "0", "950", "9,500", "40k", "12.5k", "1.25M",
+    ]  # fmt: skip
 
 
 def test_human_ages() -> None:

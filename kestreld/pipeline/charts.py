@@ -9,6 +9,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 WIDTH_IN, HEIGHT_IN, DPI = 10, 6, 100  # 1000 x 600 pixels
+#: sizes.png turns to a log scale when its biggest bar is this many times its smallest.
+LOG_SCALE_RATIO = 100
 
 
 def _figure() -> tuple[Any, Any]:
@@ -24,6 +26,24 @@ def _integer_axis(axis: Any) -> None:
     from matplotlib.ticker import MaxNLocator
 
     axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def compact_count(n: float) -> str:
+    """A count for an axis tick: ``950``, ``9,500``, ``40k``, ``1.2M``."""
+    n = int(n)
+    if abs(n) < 10_000:
+        return f"{n:,}"
+    if abs(n) < 1_000_000:
+        return f"{n / 1000:g}k"
+    return f"{n / 1_000_000:.3g}M"
+
+
+def _count_axis(axis: Any) -> None:
+    """Whole-number ticks, few enough and short enough not to run into each other."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(nbins=4, integer=True))
+    axis.set_major_formatter(FuncFormatter(lambda value, _pos: compact_count(value)))
 
 
 def _save(fig: Any, path: str) -> None:
@@ -202,7 +222,7 @@ def _bucket_label(bucket: int) -> str:
     return f"{_human(lo)}-{_human(2 * lo)}"
 
 
-def sizes(histogram: pa.Table, path: str) -> None:
+def sizes_figure(histogram: pa.Table) -> Any:
     """Item-size distribution: items per power-of-two size bucket, bars per queue."""
     fig, ax = _figure()
     rows = histogram.to_pylist()
@@ -219,11 +239,22 @@ def sizes(histogram: pa.Table, path: str) -> None:
         ax.set_xticks(buckets)
         ax.set_xticklabels([_bucket_label(b) for b in buckets], rotation=45, ha="right")
         ax.set_xlabel("item size in bytes (bucket [low, high))")
-        ax.set_ylabel("items")
-        _integer_axis(ax.yaxis)
+        nonzero = [n for n in counts.values() if n > 0]
+        if nonzero and max(nonzero) >= LOG_SCALE_RATIO * min(nonzero):
+            # A queue of a few hundred items stays visible beside one of a million.
+            ax.set_yscale("log")
+            ax.set_ylabel("items (log scale)")
+        else:
+            ax.set_ylabel("items")
+            _count_axis(ax.yaxis)
         ax.legend(loc="best", fontsize="small")
     ax.set_title("Item sizes")
-    _save(fig, path)
+    return fig
+
+
+def sizes(histogram: pa.Table, path: str) -> None:
+    """Write :func:`sizes_figure` to ``path``."""
+    _save(sizes_figure(histogram), path)
 
 
 def human_ms(ms: int | None) -> str:
@@ -270,7 +301,7 @@ def lag_figure(consumer_lag: pa.Table) -> Any:
     left.set_yticklabels(labels)
     left.invert_yaxis()
     left.set_xlim(0, max(1, *counts) * 1.25)  # from 0, room for the labels, even when all are 0
-    _integer_axis(left.xaxis)
+    _count_axis(left.xaxis)
     left.set_xlabel("unread items")
     left.set_title("Unread items")
 
