@@ -17,7 +17,9 @@ followed by ``power_cut()``.
 
 After every restart: the server starts (no crash loop on a torn file), every
 queue loads, no acknowledged ``STORED`` is lost, nothing appears that was
-never sent.  Counts are printed (``-s``) and recorded in RELIABILITY.md.
+never sent, and (the walks, ``sync_journal = 0``) no item whose confirm was
+acknowledged comes back.  Counts are printed (``-s``) and recorded in
+RELIABILITY.md.
 """
 
 from __future__ import annotations
@@ -244,12 +246,16 @@ def _one_cut(fs, conf_dir: Path, n: int | None, report: WalkReport, writeback: f
     archive_lost = ledger.acked - _keys_on_disk(fs.mount / "queues", archive) - set(got)
     report.acked += len(ledger.acked)
     report.lost += len(lost)
-    report.replayed += len(set(got) & ledger.confirmed)
+    replayed = set(got) & ledger.confirmed
+    report.replayed += len(replayed)
     report.archive_lost += len(archive_lost)
     if lost:
         report.problems.append(f"cut at {n}: acknowledged items lost: {sorted(lost)}")
     if phantom:
         report.problems.append(f"cut at {n}: items never sent: {sorted(phantom)}")
+    if replayed:
+        # sync_journal = 0: a confirm is acknowledged only once an fsync made it durable.
+        report.problems.append(f"cut at {n}: acknowledged confirms replayed: {sorted(replayed)}")
     if archive_lost:
         report.problems.append(
             f"cut at {n}: acknowledged items in neither the queue folder nor the archive: "
