@@ -632,14 +632,23 @@ def test_kestrel2_import_cut_at_every_boundary_loses_nothing_it_reported_importe
 # --- torn tails -------------------------------------------------------------------------
 
 
+#: Cuts the torn-tail test makes at most while waiting for one that tears a tail.
+MAX_TORN_TAIL_CUTS = 16
+
+
 def test_torn_and_holed_unsynced_tails_are_cut_not_a_crash_loop(lazyfs, tmp_path):
     """Without fsyncs (``sync_journal`` absent) a power cut leaves random unsynced sectors.
 
     Segments then end in torn records or zero-filled holes; every restart must cut
     them with a warning and serve what is whole, in order.
     """
-    repaired = 0
-    for cut in range(4):
+    repaired = cuts = 0
+    # Which sectors land is random: a cut may leave every tail whole (seed 758502029 tore
+    # none in its first four).  Cut at least 4 times, and on until one tail was torn.
+    for cut in range(MAX_TORN_TAIL_CUTS):
+        if cut >= 4 and repaired:
+            break
+        cuts += 1
         _reset(lazyfs)
         srv = PowerServer(lazyfs, tmp_path, _config("0"))
         srv.start()
@@ -665,5 +674,5 @@ def test_torn_and_holed_unsynced_tails_are_cut_not_a_crash_loop(lazyfs, tmp_path
         assert got[0] == "durable"
         rest = got[1:]
         assert rest == [k for k in sent if k in rest], f"out of order or unknown: {rest}"
-    print(f"\ntorn tails: 4 power cuts, {repaired} journal_repaired warnings")
-    assert repaired > 0, "the cuts should have torn some tails"
+    print(f"\ntorn tails: {cuts} power cuts, {repaired} journal_repaired warnings")
+    assert repaired > 0, f"{cuts} cuts tore no tail (seed {SEED})"
