@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 from kestreld_process import Conn, KestreldProcess
 from support import power_loss
+from waiting import wait_until
 
 from kestreld.journal import codec
 
@@ -405,6 +406,55 @@ def test_confirms_after_a_compaction_are_not_replayed_after_a_power_loss(lazyfs,
         report.walked += 1
     print(f"\npower-loss walk (confirms after a compaction): {report.line()}")
     assert not report.problems, "\n".join(report.problems[:10])
+
+
+@pytest.mark.parametrize("crash", ["kill", "power_loss"])
+def test_a_failed_folder_fsync_after_a_rewrite_loses_no_later_confirm(lazyfs, tmp_path, crash):
+    """The rename of a rewrite happened but the folder's fsync after it failed.
+
+    The name holds the new file from then on: later confirms must be appended
+    to it (they went to the old, nameless file, fsynced and acknowledged, and
+    came back after a kill -9), and the folder must be fsynced before they are
+    acknowledged (else the rename is still volatile and a power cut brings the
+    old file back, without them).
+    """
+    _reset(lazyfs)
+    srv = PowerServer(lazyfs, tmp_path, _config("0", checkpoint_interval="3s"))
+    srv.start()
+    c = Conn(srv.connect())
+    c.sock.settimeout(10)
+
+    def confirm() -> str:
+        c.send(f"get {QUEUE}/open\r\n")
+        data, line = _read_value(c)
+        assert data is not None, line
+        c.send(f"get {QUEUE}/close\r\n")
+        assert _read_value(c) == (None, b"END")
+        return _key(data)
+
+    try:
+        for i in range(6):
+            assert c.set(QUEUE, f"f{i}|small".encode()) == b"STORED"
+        confirmed = [confirm(), confirm()]
+        assert _compacted(srv, 2, timeout=10.0), "the progress file was never rewritten"
+        lazyfs.fail_folder_fsyncs(1)
+        confirmed.append(confirm())  # the next rewrite (head 3) is renamed; its folder fsync fails
+        wait_until(lambda: srv.events("checkpoint_failed"), "the rewrite's folder fsync failed")
+        assert lazyfs.status()["failing_folder_fsyncs"] == 0
+        confirmed += [confirm(), confirm()]  # acknowledged well before the next rewrite (3 s)
+        if crash == "kill":
+            srv.kill()
+        else:
+            srv.power_loss()  # kill -9, then everything not durable is gone
+    finally:
+        c.close()
+    srv.start()
+    try:
+        got = _drain(srv)
+    finally:
+        srv.stop()
+    assert confirmed == ["f0", "f1", "f2", "f3", "f4"]
+    assert got == ["f5"], f"acknowledged confirms came back: {got}"
 
 
 # --- random power cuts under load ---------------------------------------------------------

@@ -146,10 +146,15 @@ class PeriodicSync:
         first = loop.run_in_executor(self.executor, sync_files, fds[:1], [], folder)
         rest = [loop.run_in_executor(self.executor, sync_files, [fd], [], None) for fd in fds[1:]]
         fut = asyncio.gather(first, *rest, return_exceptions=True)
-        fut.add_done_callback(lambda f: self._done(f, waiting, retired, started))
+        fut.add_done_callback(lambda f: self._done(f, waiting, retired, started, folder))
 
     def _done(
-        self, fut: asyncio.Future, waiting: list[Batch], retired: list[int], started: float
+        self,
+        fut: asyncio.Future,
+        waiting: list[Batch],
+        retired: list[int],
+        started: float,
+        folder: str | None,
     ) -> None:
         self._syncing = False
         for fd in retired:
@@ -164,6 +169,8 @@ class PeriodicSync:
             error = f"journal fsync failed: {getattr(exc, 'strerror', None) or exc}"
             log.error("journal_fsync_failed", queue=self.queue, error=str(exc))
             self.failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
+            if folder is not None:
+                self._dir_dirty = True  # the folder's names are not known durable yet
         for batch in waiting:
             if error is None:
                 self._acknowledge(batch)
@@ -186,6 +193,8 @@ class PeriodicSync:
         except OSError as e:
             error = f"journal fsync failed: {e.strerror}"
             log.error("journal_fsync_failed", queue=self.queue, error=str(e))
+            if folder is not None:
+                self._dir_dirty = True
         pending, self._unsynced = self._unsynced, []
         for batch in pending + written:
             if error is None:

@@ -164,13 +164,23 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+class FolderNotSynced(OSError):
+    """The rewrite was renamed over the file, but the folder's fsync failed.
+
+    The new file is the one under the name from now on (appends must go to
+    it); only a power loss could still bring the old one back, until a later
+    fsync of the folder succeeds.
+    """
+
+
 def rewrite(path: str, head: int, done: list[int], sync_folder: bool) -> None:
     """Atomically replace the progress file by one READ_HEAD and one READ_DONE.
 
     Blocking: runs off the event loop.  ``<file>~~<ms>`` is written, fsynced
     and renamed over the file (then the folder is fsynced, so the rename
     itself survives a power loss), so a crash leaves the old or the new file,
-    never a torn one.
+    never a torn one.  Raises :class:`FolderNotSynced` when only that last
+    fsync failed, any other ``OSError`` when the file was not replaced.
     """
     tmp = f"{path}~~{int(time.time() * 1000)}"
     data = codec.encode_checkpoint(head, sorted(done))
@@ -187,8 +197,11 @@ def rewrite(path: str, head: int, done: list[int], sync_folder: bool) -> None:
         unlink_quietly(tmp)
         raise
     if sync_folder:
-        dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
         try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+            dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as e:
+            raise FolderNotSynced(e.errno, e.strerror) from e

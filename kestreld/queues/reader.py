@@ -25,7 +25,7 @@ from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.cursor import ReadBehind
 from kestreld.journal.files import checkpoint_name, unlink_quietly
-from kestreld.journal.progress import ProgressLog, rewrite
+from kestreld.journal.progress import FolderNotSynced, ProgressLog, rewrite
 from kestreld.journal.writer import Segment, WriterJournal
 from kestreld.queues.blocking import BlockingQueue
 from kestreld.queues.item import QueueItem
@@ -61,6 +61,9 @@ class Compaction:
     done: list[int]
     sync_folder: bool
     error: str | None = "not run"
+    #: The new file was renamed over the old one (also when ``error`` says the folder's
+    #: fsync after it failed): appends must go to the new file.
+    renamed: bool = False
     finished: bool = False
 
     def run(self) -> None:
@@ -68,6 +71,10 @@ class Compaction:
         try:
             rewrite(self.path, self.head, self.done, self.sync_folder)
             self.error = None
+            self.renamed = True
+        except FolderNotSynced as e:
+            self.error = f"folder fsync failed: {e.strerror or e}"
+            self.renamed = True
         except OSError as e:
             self.error = e.strerror or str(e)
 
@@ -543,11 +550,17 @@ class Reader:
             return
         if job.error is not None:
             log.error("checkpoint_failed", queue=self.full_name, error=job.error)
-            self.dirty = True
-            progress.compacting = False
-        else:
-            self.saved_head = max(self.saved_head, job.head)
+            self.dirty = True  # rewritten again next interval
+        if job.renamed:
+            # The name holds the new file even when the folder's fsync failed: appending
+            # to the old (now nameless) file would acknowledge confirms a crash forgets.
             journal.retire(progress.swap())
+            if job.error is None:
+                self.saved_head = max(self.saved_head, job.head)
+            else:
+                journal.sync.new_file()  # the next group commit fsyncs the folder first
+        else:
+            progress.compacting = False
         if progress.has_pending:
             journal.join(progress)
 

@@ -112,6 +112,7 @@ def _server_main(backing: str, mount: str, control: str) -> None:
             self.boundaries = 0  # since the last crash_at / power_cut
             self.total_boundaries = 0
             self.crash_at: int | None = None
+            self.failing_folder_fsyncs = 0  # the next N folder fsyncs fail (EIO), nothing else
             self.cut = False
             self.power_cuts = 0
             self._adopt(backing, self.root)
@@ -165,6 +166,8 @@ def _server_main(backing: str, mount: str, control: str) -> None:
                     self.crash_at = int(req["n"])
                     self.boundaries = 0
                     self.cut = False
+                elif op == "fail_folder_fsyncs":
+                    self.failing_folder_fsyncs = int(req["n"])
                 elif op == "power_cut":
                     self._power_cut(float(req.get("writeback", 0.0)), req.get("seed"))
                 elif op == "sync_all":
@@ -176,6 +179,7 @@ def _server_main(backing: str, mount: str, control: str) -> None:
                     "total_boundaries": self.total_boundaries,
                     "cut": self.cut,
                     "crash_at": self.crash_at,
+                    "failing_folder_fsyncs": self.failing_folder_fsyncs,
                     "power_cuts": self.power_cuts,
                 }
 
@@ -402,6 +406,9 @@ def _server_main(backing: str, mount: str, control: str) -> None:
 
         def fsyncdir(self, path, datasync, fh):
             with self.mutex:
+                if self.failing_folder_fsyncs > 0:
+                    self.failing_folder_fsyncs -= 1
+                    raise mfusepy.FuseOSError(errno.EIO)  # a failed fsync makes nothing durable
                 self._boundary()
                 node = self._lookup(path)
                 node.durable_entries = dict(node.entries)
@@ -508,6 +515,10 @@ class LazyFS:
     def crash_at(self, n: int) -> dict:
         """Cut at the n-th durability boundary from now (that fsync fails with EIO)."""
         return self._request(op="crash_at", n=n)
+
+    def fail_folder_fsyncs(self, n: int) -> dict:
+        """The next ``n`` fsyncs of a folder fail with EIO (file fsyncs go on working)."""
+        return self._request(op="fail_folder_fsyncs", n=n)
 
     def sync_all(self) -> dict:
         """Make everything durable (set-up state that was on disk before the test)."""
