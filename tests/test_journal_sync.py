@@ -125,7 +125,11 @@ def test_periodic_sync_fsyncs_once_a_period_off_the_event_loop(traced):
     first_put = stored[0]
 
     assert [tid for tid, _ in fsyncs if tid == loop_thread] == [], "an fsync on the event loop"
-    assert len([t for _, t in fsyncs if t > last_write]) == 1, "fsyncs go on while idle"
+    # One fsync covers the last write; a second follows a period later when that write
+    # came in while an fsync was already under way (the server cannot tell whether the
+    # running fsync covers it: a loaded run showed two, 103 ms apart).  Idle, no more.
+    after = [t for _, t in fsyncs if t > last_write]
+    assert 1 <= len(after) <= 2, f"fsyncs go on while idle: {len(after)} after the last write"
     # Once a period at most: for the span the puts took, and never two close together.
     during = [t for _, t in fsyncs if first_put <= t <= last_write]
     span = last_write - first_put
