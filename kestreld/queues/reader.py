@@ -90,6 +90,8 @@ class Reader:
         self.saved_head = 0  # the head in the last rewrite: segments below it may go
         self.deleted = False
         self.progress: ProgressLog | None = None
+        # The queue's journal (or None) never changes: kept here, a field read per request.
+        self._journal: WriterJournal | None = queue.journal
         if queue.journal is not None:
             self.progress = ProgressLog(
                 os.path.join(queue.folder, checkpoint_name(queue.name, name)),
@@ -108,7 +110,7 @@ class Reader:
 
     @property
     def journal(self) -> WriterJournal | None:
-        return self.queue.journal
+        return self._journal
 
     # --- start-up ---------------------------------------------------------------------
 
@@ -156,7 +158,8 @@ class Reader:
             return  # put before this reader existed
         self.total_items += 1
         size = len(item.data)
-        if item.expired(now, self.config.max_age):
+        config = self.config
+        if item.expired(now, config.max_age):
             self.expired_items += 1
             self.commit(item.id)
             self._forward_expired(item)
@@ -164,15 +167,12 @@ class Reader:
         self.items += 1
         self.bytes += size
         if self.rb is None:
-            if (
-                seg is None
-                or self.mem_bytes + size <= self.config.max_memory_size
-                or not self.memory.items
-            ):
-                if self.memory.hand_off(item):
+            memory = self.memory
+            if seg is None or self.mem_bytes + size <= config.max_memory_size or not memory.items:
+                if memory.hand_off(item):
                     self._removed(item, now)
                 else:
-                    self.memory.items.append(item)
+                    memory.items.append(item)
                     self.mem_bytes += size
                 return
             self.rb = ReadBehind(seg, offset, item.id)
@@ -287,7 +287,7 @@ class Reader:
 
     def _durably_commit(self, id_: int) -> Batch | None:
         progress = self.progress
-        journal = self.journal
+        journal = self._journal
         if progress is None or journal is None or journal.closed:
             self.commit(id_)
             return None
