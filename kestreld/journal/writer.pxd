@@ -7,6 +7,8 @@
 cimport cython
 
 from kestreld.journal.batch cimport Batch
+from kestreld.journal.periodic_sync cimport PeriodicSync
+from kestreld.journal.progress cimport ProgressLog
 
 
 cdef class Segment:
@@ -38,7 +40,7 @@ cdef class WriterJournal:
     cdef public object _loop
     cdef public object reader
     cdef public list _progress
-    cdef public object sync
+    cdef public PeriodicSync sync
 
     cpdef bint available(self) except -1
 
@@ -46,7 +48,7 @@ cdef class WriterJournal:
                    header=bytes, segments=list, seg=Segment, batch=Batch)
     cpdef tuple put(self, object add_time, object data, object expire_time=*, object error_count=*)
 
-    cpdef join(self, object progress)
+    cpdef join(self, ProgressLog progress)
     cpdef _schedule_flush(self)
     cpdef flush(self)
 

@@ -7,6 +7,7 @@
 cimport cython
 
 from kestreld.journal.batch cimport Batch
+from kestreld.journal.progress cimport ProgressLog
 from kestreld.journal.writer cimport Segment, WriterJournal
 from kestreld.queues.blocking cimport BlockingQueue
 from kestreld.queues.item cimport QueueItem
@@ -35,7 +36,7 @@ cdef class Reader:
     cdef public bint dirty
     cdef public long long saved_head
     cdef public bint deleted
-    cdef public object progress
+    cdef public ProgressLog progress
     cdef public WriterJournal _journal
     cdef public object on_expired
     cdef public long long total_items
@@ -65,7 +66,7 @@ cdef class Reader:
     cpdef OpenRead open(self, QueueItem item)
     cpdef confirm(self, OpenRead read)
     cpdef consume(self, QueueItem item)
-    @cython.locals(journal=WriterJournal)
+    @cython.locals(journal=WriterJournal, progress=ProgressLog)
     cpdef _durably_commit(self, long long id_)
 
     @cython.locals(head=cython.longlong, done=set)
