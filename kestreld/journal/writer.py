@@ -77,6 +77,26 @@ class Segment:
 class WriterJournal:
     """The segments of one queue and the single writer appending to the newest."""
 
+    __slots__ = (
+        "folder",
+        "queue",
+        "max_journal_size",
+        "archive_path",
+        "executor",
+        "segments",
+        "next_id",
+        "rotations",
+        "closed",
+        "_fd",
+        "_buf",
+        "_batch",
+        "_flush_scheduled",
+        "_loop",
+        "reader",
+        "_progress",
+        "sync",
+    )
+
     def __init__(
         self,
         folder: str,

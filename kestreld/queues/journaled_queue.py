@@ -35,6 +35,23 @@ class QueueFull(Exception):
 
 
 class JournaledQueue:
+    __slots__ = (
+        "name",
+        "server_config",
+        "config",
+        "folder",
+        "executor",
+        "journal",
+        "readers",
+        "created_at",
+        "_next_id",
+        "_pending_batch",
+        "_pending",
+        "pending_items",
+        "pending_bytes",
+        "deleted",
+    )
+
     def __init__(
         self,
         name: str,
@@ -160,13 +177,13 @@ class JournaledQueue:
         default = readers.get("")
         if (
             default is not None
-            and not default.config.discard_old_when_full
+            and not default.cfg_discard_old
             and default.is_full(p_items, p_bytes)
         ):
             raise QueueFull(default.full_name)
         skipping: frozenset[Reader] | None = None
         for reader in readers.values():
-            if reader.config.discard_old_when_full:
+            if reader.cfg_discard_old:
                 reader.make_room(now, p_items, p_bytes)
             elif reader.name and reader.is_full(p_items, p_bytes):
                 skipping = (skipping or frozenset()) | {reader}

@@ -24,7 +24,12 @@ cdef class Reader:
     cdef public object queue
     cdef public object name
     cdef public object full_name
-    cdef public object config
+    cdef public object _config
+    cdef public object cfg_max_age
+    cdef public object cfg_max_memory
+    cdef public object cfg_max_items
+    cdef public object cfg_max_size
+    cdef public bint cfg_discard_old
     cdef public BlockingQueue memory
     cdef public long long mem_bytes
     cdef public object items
@@ -47,9 +52,12 @@ cdef class Reader:
     cdef public long long total_flushes
     cdef public object age
 
+    cpdef _configure(self, object config)
+
     @cython.locals(size=Py_ssize_t, memory=BlockingQueue)
     cpdef offer(self, QueueItem item, Segment seg, long long offset, object now)
     cpdef drop(self, long long id_)
+    @cython.locals(max_items=object, max_size=object)
     cpdef bint is_full(self, long long pending_items=*, long long pending_bytes=*) except -1
     @cython.locals(item=QueueItem)
     cpdef make_room(self, object now, long long pending_items=*, long long pending_bytes=*)

@@ -73,11 +73,44 @@ class Compaction:
 
 
 class Reader:
+    __slots__ = (
+        "queue",
+        "name",
+        "full_name",
+        "_config",
+        "cfg_max_age",
+        "cfg_max_memory",
+        "cfg_max_items",
+        "cfg_max_size",
+        "cfg_discard_old",
+        "memory",
+        "mem_bytes",
+        "items",
+        "bytes",
+        "rb",
+        "open_reads",
+        "head",
+        "done",
+        "dirty",
+        "saved_head",
+        "deleted",
+        "progress",
+        "_journal",
+        "on_expired",
+        "total_items",
+        "expired_items",
+        "discarded",
+        "transactions",
+        "canceled_transactions",
+        "total_flushes",
+        "age",
+    )
+
     def __init__(self, queue: JournaledQueue, name: str, config: QueueConfig) -> None:
         self.queue = queue
         self.name = name  # "" for the default reader
         self.full_name = queue.name if not name else f"{queue.name}+{name}"
-        self.config = config
+        self._configure(config)
         self.memory: BlockingQueue[QueueItem] = BlockingQueue()
         self.mem_bytes = 0
         self.items = 0  # unconsumed items (memory + journal only), open reads excluded
@@ -107,6 +140,24 @@ class Reader:
         self.canceled_transactions = 0
         self.total_flushes = 0
         self.age = 0
+
+    @property
+    def config(self) -> QueueConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: QueueConfig) -> None:
+        self._configure(config)
+
+    def _configure(self, config: QueueConfig) -> None:
+        # The settings read on every put and get, kept beside the (frozen) config:
+        # one attribute read each instead of two.
+        self._config = config
+        self.cfg_max_age = config.max_age
+        self.cfg_max_memory = config.max_memory_size
+        self.cfg_max_items = config.max_items
+        self.cfg_max_size = config.max_size
+        self.cfg_discard_old = config.discard_old_when_full
 
     @property
     def journal(self) -> WriterJournal | None:
@@ -158,8 +209,7 @@ class Reader:
             return  # put before this reader existed
         self.total_items += 1
         size = len(item.data)
-        config = self.config
-        if item.expired(now, config.max_age):
+        if item.expired(now, self.cfg_max_age):
             self.expired_items += 1
             self.commit(item.id)
             self._forward_expired(item)
@@ -168,7 +218,7 @@ class Reader:
         self.bytes += size
         if self.rb is None:
             memory = self.memory
-            if seg is None or self.mem_bytes + size <= config.max_memory_size or not memory.items:
+            if seg is None or self.mem_bytes + size <= self.cfg_max_memory or not memory.items:
                 if memory.hand_off(item):
                     self._removed(item, now)
                 else:
@@ -186,10 +236,11 @@ class Reader:
 
     def is_full(self, pending_items: int = 0, pending_bytes: int = 0) -> bool:
         """Full, counting puts not yet acknowledged (they are on their way in)."""
-        cfg = self.config
-        return (cfg.max_items is not None and self.items + pending_items >= cfg.max_items) or (
-            cfg.max_size is not None and self.bytes + pending_bytes >= cfg.max_size
-        )
+        max_items = self.cfg_max_items
+        if max_items is not None and self.items + pending_items >= max_items:
+            return True
+        max_size = self.cfg_max_size
+        return max_size is not None and self.bytes + pending_bytes >= max_size
 
     def make_room(self, now: int, pending_items: int = 0, pending_bytes: int = 0) -> None:
         """Discard oldest items until a new one fits (discard_old_when_full)."""
@@ -206,7 +257,7 @@ class Reader:
     def _pop(self, now: int) -> QueueItem | None:
         """The head item, past expired ones; removed from memory, not yet from counts."""
         memory = self.memory
-        max_age = self.config.max_age
+        max_age = self.cfg_max_age
         while True:
             if not memory.items:
                 if self.rb is None or not self._refill():
@@ -216,7 +267,7 @@ class Reader:
             if (item.expire_time or max_age) and item.expired(now, max_age):
                 self._expire(item)
                 continue
-            if self.rb is not None and self.mem_bytes < self.config.max_memory_size // 2:
+            if self.rb is not None and self.mem_bytes < self.cfg_max_memory // 2:
                 self._refill()
             return item
 
