@@ -39,6 +39,7 @@ class Batch:
             return
         self.done = True
         self.error = error
-        callbacks, self.callbacks = self.callbacks, []
+        callbacks = self.callbacks
+        self.callbacks = []
         for fn in callbacks:
             fn(self)

@@ -38,6 +38,24 @@ fsync_observer: Callable[[float], None] | None = None
 class PeriodicSync:
     """The fsync policy of one queue's journal files."""
 
+    __slots__ = (
+        "queue",
+        "folder",
+        "sync_journal",
+        "executor",
+        "_acknowledge",
+        "_current_fd",
+        "failed_until",
+        "_unsynced",
+        "_retired_fds",
+        "_fds",
+        "_dir_dirty",
+        "_syncing",
+        "_timer",
+        "_sync_again",
+        "_loop",
+    )
+
     def __init__(
         self,
         queue: str,

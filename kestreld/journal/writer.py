@@ -17,12 +17,12 @@ import asyncio
 import os
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
 
 import structlog
 
 from kestreld.journal import codec
 from kestreld.journal.batch import Batch
+from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.cursor import SegmentReader
 from kestreld.journal.files import segment_name, unlink_quietly
 from kestreld.journal.periodic_sync import WRITE_RETRY_MS, PeriodicSync
@@ -35,25 +35,67 @@ class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
 
 
-@dataclass(slots=True, eq=False)
 class Segment:
     """One writer file.  ``first_id`` is 0 while the segment holds no put."""
 
-    stamp: int
-    path: str
-    first_id: int = 0
-    last_id: int = 0
-    size: int = codec.MAGIC_SIZE  # logical size, including bytes still in the buffer
-    written: int = codec.MAGIC_SIZE  # bytes handed to the OS
-    visible: int = (
-        codec.MAGIC_SIZE
-    )  # bytes of successfully acknowledged batches: what readers may read
-    items: int = 0
-    data_bytes: int = 0
+    __slots__ = (
+        "stamp",
+        "path",
+        "first_id",
+        "last_id",
+        "size",
+        "written",
+        "visible",
+        "items",
+        "data_bytes",
+    )
+
+    def __init__(
+        self,
+        stamp: int,
+        path: str,
+        first_id: int = 0,
+        last_id: int = 0,
+        size: int = codec.MAGIC_SIZE,
+        written: int = codec.MAGIC_SIZE,
+        visible: int = codec.MAGIC_SIZE,
+        items: int = 0,
+        data_bytes: int = 0,
+    ) -> None:
+        self.stamp = stamp
+        self.path = path
+        self.first_id = first_id
+        self.last_id = last_id
+        self.size = size  # logical size, including bytes still in the buffer
+        self.written = written  # bytes handed to the OS
+        # Bytes of successfully acknowledged batches: what readers may read.
+        self.visible = visible
+        self.items = items
+        self.data_bytes = data_bytes
 
 
 class WriterJournal:
     """The segments of one queue and the single writer appending to the newest."""
+
+    __slots__ = (
+        "folder",
+        "queue",
+        "max_journal_size",
+        "archive_path",
+        "executor",
+        "segments",
+        "next_id",
+        "rotations",
+        "closed",
+        "_fd",
+        "_buf",
+        "_batch",
+        "_flush_scheduled",
+        "_loop",
+        "reader",
+        "_progress",
+        "sync",
+    )
 
     def __init__(
         self,
@@ -224,7 +266,9 @@ class WriterJournal:
 
     def available(self) -> bool:
         """False while puts are refused after a failed write (retried every second)."""
-        return time.monotonic() >= self.sync.failed_until
+        failed_until = self.sync.failed_until
+        # No clock read per put unless a write ever failed.
+        return not failed_until or time.monotonic() >= failed_until
 
     def put(
         self, add_time: int, data: bytes, expire_time: int = 0, error_count: int = 0
@@ -237,31 +281,32 @@ class WriterJournal:
             raise JournalWriteError("journal closed")
         if not self.available():
             raise JournalWriteError("journal write failed recently; retrying shortly")
-        header = codec.put_header(self.next_id, add_time, len(data), expire_time, error_count)
-        length = len(header) + len(data)
-        seg = self.current
-        if seg is None or (
-            seg.size + length > self.max_journal_size and seg.size > codec.MAGIC_SIZE
-        ):
-            self._rotate()
-            seg = self.current
-            assert seg is not None
-        offset = seg.size
         id_ = self.next_id
-        self.next_id += 1
+        size = len(data)
+        header = codec.put_header(id_, add_time, size, expire_time, error_count)
+        length = len(header) + size
+        segments = self.segments
+        seg = segments[-1] if segments else None
+        if seg is None or (seg.size + length > self.max_journal_size and seg.size > MAGIC_SIZE):
+            self._rotate()
+            seg = self.segments[-1]
+        offset = seg.size
+        self.next_id = id_ + 1
         self._buf += header
         self._buf += data
-        seg.size += length
+        seg.size = offset + length
         seg.items += 1
-        seg.data_bytes += len(data)
-        seg.first_id = seg.first_id or id_
+        seg.data_bytes += size
+        if not seg.first_id:
+            seg.first_id = id_
         seg.last_id = id_
         batch = self._batch
         if batch is None:
             batch = self._batch = Batch()
         batch.end_segment = seg
-        batch.end_offset = seg.size
-        self._schedule_flush()
+        batch.end_offset = offset + length
+        if not self._flush_scheduled:
+            self._schedule_flush()
         return id_, seg, offset, batch
 
     def join(self, progress: ProgressLog) -> None:

@@ -161,7 +161,10 @@ def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
     if status is not ServerStatus.UP:
         out.append(server_error(f"server is {status.value}"))
         return False
-    if size > server.config.queue(name).max_item_size:
+    # The queue's own config (the same object, kept current by reloads) saves a lookup.
+    queue = server.queues.queues.get(name)
+    config = queue.config if queue is not None else server.config.queue(name)
+    if size > config.max_item_size:
         out.append(NOT_STORED)
         return False
     if exptime == 0:

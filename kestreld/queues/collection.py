@@ -37,6 +37,17 @@ class Kestrel2JournalsFound(Exception):
 
 
 class QueueCollection:
+    __slots__ = (
+        "config",
+        "executor",
+        "queues",
+        "queue_creates",
+        "queue_deletes",
+        "queue_expires",
+        "_checkpointing",
+        "_compacting",
+    )
+
     def __init__(self, config: ServerConfig, executor: Executor | None = None) -> None:
         self.config = config
         self.executor = executor

@@ -35,6 +35,23 @@ class QueueFull(Exception):
 
 
 class JournaledQueue:
+    __slots__ = (
+        "name",
+        "server_config",
+        "config",
+        "folder",
+        "executor",
+        "journal",
+        "readers",
+        "created_at",
+        "_next_id",
+        "_pending_batch",
+        "_pending",
+        "pending_items",
+        "pending_bytes",
+        "deleted",
+    )
+
     def __init__(
         self,
         name: str,
@@ -59,7 +76,6 @@ class JournaledQueue:
             )
         self.readers: dict[str, Reader] = {}
         self.created_at = time.monotonic()
-        self.last_activity = self.created_at
         self._next_id = 1  # ids of journal-less queues
         # Puts of the batch not yet acknowledged (see put()).
         self._pending_batch: Batch | None = None
@@ -146,36 +162,36 @@ class JournaledQueue:
 
         Raises QueueFull (NOT_STORED) or JournalWriteError (SERVER_ERROR).
         """
-        cfg = self.config
-        if cfg.max_age:
-            limit = now + cfg.max_age
+        max_age = self.config.max_age
+        if max_age:
+            limit = now + max_age
             if not expire_time or expire_time > limit:
                 expire_time = limit
-        readers = self.readers.values()
-        p_items, p_bytes = self.pending_items, self.pending_bytes
+        readers = self.readers
+        p_items = self.pending_items
+        p_bytes = self.pending_bytes
         # Kestrel 2.x: a fanout reader is its own queue.  The queue itself (the
         # default reader) refuses a put when full; a full fanout reader never
         # blocks the queue and its other readers: it discards its oldest item
         # (discard_old_when_full) or drops the new one for itself.
-        default = self.readers.get("")
+        default = readers.get("")
         if (
             default is not None
-            and not default.config.discard_old_when_full
+            and not default.cfg_discard_old
             and default.is_full(p_items, p_bytes)
         ):
             raise QueueFull(default.full_name)
         skipping: frozenset[Reader] | None = None
-        for reader in readers:
-            if reader.config.discard_old_when_full:
+        for reader in readers.values():
+            if reader.cfg_discard_old:
                 reader.make_room(now, p_items, p_bytes)
             elif reader.name and reader.is_full(p_items, p_bytes):
                 skipping = (skipping or frozenset()) | {reader}
-        self.last_activity = time.monotonic()
         journal = self.journal
         if journal is None:
             item = QueueItem(self._next_id, now, expire_time, 0, data)
             self._next_id += 1
-            for reader in readers:
+            for reader in readers.values():
                 if skipping is not None and reader in skipping:
                     reader.drop(item.id)
                 else:
@@ -184,11 +200,13 @@ class JournaledQueue:
         id_, seg, offset, batch = journal.put(now, data, expire_time)
         # Readers get the item once its batch is acknowledged (written, or fsynced
         # with sync_journal = 0): no consumer ever sees an item that was refused.
+        pending = self._pending
         if batch is not self._pending_batch:
             self._pending_batch = batch
-            self._pending = []
-            batch.add_done_callback(functools.partial(self._acknowledged, self._pending))
-        self._pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping))
+            self._pending = pending = []
+            batch.add_done_callback(functools.partial(self._acknowledged, pending))
+        pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping))
+        # Not p_items + 1: a failed write inside journal.put() may have resolved a batch.
         self.pending_items += 1
         self.pending_bytes += len(data)
         return batch
@@ -198,8 +216,12 @@ class JournaledQueue:
         if self._pending is puts:
             self._pending_batch = None
             self._pending = []
+        nbytes = 0
+        for put in puts:
+            item = put[0]
+            nbytes += len(item.data)
         self.pending_items -= len(puts)
-        self.pending_bytes -= sum(len(put[0].data) for put in puts)
+        self.pending_bytes -= nbytes
         if self.deleted:
             return
         readers = list(self.readers.values())
@@ -207,10 +229,15 @@ class JournaledQueue:
             # Refused with SERVER_ERROR: never delivered; the ids are spent.
             for reader in readers:
                 for put in puts:
-                    reader.commit(put[0].id)
+                    item = put[0]
+                    reader.commit(item.id)
             return
         now = int(time.time() * 1000)
-        for item, seg, offset, skipping in puts:
+        for put in puts:
+            item = put[0]
+            seg = put[1]
+            offset = put[2]
+            skipping = put[3]
             for reader in readers:
                 if skipping is not None and reader in skipping:
                     reader.drop(item.id)  # this fanout reader was full

@@ -80,11 +80,44 @@ class Compaction:
 
 
 class Reader:
+    __slots__ = (
+        "queue",
+        "name",
+        "full_name",
+        "_config",
+        "cfg_max_age",
+        "cfg_max_memory",
+        "cfg_max_items",
+        "cfg_max_size",
+        "cfg_discard_old",
+        "memory",
+        "mem_bytes",
+        "items",
+        "bytes",
+        "rb",
+        "open_reads",
+        "head",
+        "done",
+        "dirty",
+        "saved_head",
+        "deleted",
+        "progress",
+        "_journal",
+        "on_expired",
+        "total_items",
+        "expired_items",
+        "discarded",
+        "transactions",
+        "canceled_transactions",
+        "total_flushes",
+        "age",
+    )
+
     def __init__(self, queue: JournaledQueue, name: str, config: QueueConfig) -> None:
         self.queue = queue
         self.name = name  # "" for the default reader
         self.full_name = queue.name if not name else f"{queue.name}+{name}"
-        self.config = config
+        self._configure(config)
         self.memory: BlockingQueue[QueueItem] = BlockingQueue()
         self.mem_bytes = 0
         self.items = 0  # unconsumed items (memory + journal only), open reads excluded
@@ -97,6 +130,8 @@ class Reader:
         self.saved_head = 0  # the head in the last rewrite: segments below it may go
         self.deleted = False
         self.progress: ProgressLog | None = None
+        # The queue's journal (or None) never changes: kept here, a field read per request.
+        self._journal: WriterJournal | None = queue.journal
         if queue.journal is not None:
             self.progress = ProgressLog(
                 os.path.join(queue.folder, checkpoint_name(queue.name, name)),
@@ -114,8 +149,26 @@ class Reader:
         self.age = 0
 
     @property
+    def config(self) -> QueueConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: QueueConfig) -> None:
+        self._configure(config)
+
+    def _configure(self, config: QueueConfig) -> None:
+        # The settings read on every put and get, kept beside the (frozen) config:
+        # one attribute read each instead of two.
+        self._config = config
+        self.cfg_max_age = config.max_age
+        self.cfg_max_memory = config.max_memory_size
+        self.cfg_max_items = config.max_items
+        self.cfg_max_size = config.max_size
+        self.cfg_discard_old = config.discard_old_when_full
+
+    @property
     def journal(self) -> WriterJournal | None:
-        return self.queue.journal
+        return self._journal
 
     # --- start-up ---------------------------------------------------------------------
 
@@ -163,7 +216,7 @@ class Reader:
             return  # put before this reader existed
         self.total_items += 1
         size = len(item.data)
-        if item.expired(now, self.config.max_age):
+        if item.expired(now, self.cfg_max_age):
             self.expired_items += 1
             self.commit(item.id)
             self._forward_expired(item)
@@ -171,15 +224,12 @@ class Reader:
         self.items += 1
         self.bytes += size
         if self.rb is None:
-            if (
-                seg is None
-                or self.mem_bytes + size <= self.config.max_memory_size
-                or not self.memory.items
-            ):
-                if self.memory.hand_off(item):
+            memory = self.memory
+            if seg is None or self.mem_bytes + size <= self.cfg_max_memory or not memory.items:
+                if memory.hand_off(item):
                     self._removed(item, now)
                 else:
-                    self.memory.items.append(item)
+                    memory.items.append(item)
                     self.mem_bytes += size
                 return
             self.rb = ReadBehind(seg, offset, item.id)
@@ -193,10 +243,11 @@ class Reader:
 
     def is_full(self, pending_items: int = 0, pending_bytes: int = 0) -> bool:
         """Full, counting puts not yet acknowledged (they are on their way in)."""
-        cfg = self.config
-        return (cfg.max_items is not None and self.items + pending_items >= cfg.max_items) or (
-            cfg.max_size is not None and self.bytes + pending_bytes >= cfg.max_size
-        )
+        max_items = self.cfg_max_items
+        if max_items is not None and self.items + pending_items >= max_items:
+            return True
+        max_size = self.cfg_max_size
+        return max_size is not None and self.bytes + pending_bytes >= max_size
 
     def make_room(self, now: int, pending_items: int = 0, pending_bytes: int = 0) -> None:
         """Discard oldest items until a new one fits (discard_old_when_full)."""
@@ -213,7 +264,7 @@ class Reader:
     def _pop(self, now: int) -> QueueItem | None:
         """The head item, past expired ones; removed from memory, not yet from counts."""
         memory = self.memory
-        max_age = self.config.max_age
+        max_age = self.cfg_max_age
         while True:
             if not memory.items:
                 if self.rb is None or not self._refill():
@@ -223,7 +274,7 @@ class Reader:
             if (item.expire_time or max_age) and item.expired(now, max_age):
                 self._expire(item)
                 continue
-            if self.rb is not None and self.mem_bytes < self.config.max_memory_size // 2:
+            if self.rb is not None and self.mem_bytes < self.cfg_max_memory // 2:
                 self._refill()
             return item
 
@@ -294,7 +345,7 @@ class Reader:
 
     def _durably_commit(self, id_: int) -> Batch | None:
         progress = self.progress
-        journal = self.journal
+        journal = self._journal
         if progress is None or journal is None or journal.closed:
             self.commit(id_)
             return None

@@ -1,0 +1,19 @@
+# Cython declarations for batch.py (compiled when a compiler is present; see kestreld/compiled.py).
+# Every put and confirm joins a Batch: its fields are C struct reads for the compiled writer,
+# queue and readers.  end_segment stays an object (writer.pxd cimports this file).
+
+cimport cython
+
+
+cdef class Batch:
+    cdef public bint done
+    cdef public object error
+    cdef public list callbacks
+    cdef public double started
+    cdef public object end_segment
+    cdef public long long end_offset
+
+    cpdef add_done_callback(self, object fn)
+
+    @cython.locals(callbacks=list)
+    cpdef resolve(self, object error=*)

@@ -1,0 +1,56 @@
+# Cython declarations for writer.py (compiled when a compiler is present; see kestreld/compiled.py).
+# Every put appends to the writer: its counters and the segment's are C fields.
+# Paths and folders stay objects (a config may give a pathlib.Path), and so does every number
+# that a damaged file or a config can push past 64 bits (ids, stamps, counts): Python ints,
+# as in the pure-Python build, never an OverflowError at start-up.
+
+cimport cython
+
+from kestreld.journal.batch cimport Batch
+from kestreld.journal.periodic_sync cimport PeriodicSync
+from kestreld.journal.progress cimport ProgressLog
+
+
+cdef class Segment:
+    cdef public object stamp
+    cdef public object path
+    cdef public long long first_id
+    cdef public long long last_id
+    cdef public long long size
+    cdef public long long written
+    cdef public long long visible
+    cdef public object items
+    cdef public object data_bytes
+
+
+cdef class WriterJournal:
+    cdef public object folder
+    cdef public object queue
+    cdef public object max_journal_size
+    cdef public object archive_path
+    cdef public object executor
+    cdef public list segments
+    cdef public object next_id
+    cdef public long long rotations
+    cdef public bint closed
+    cdef public int _fd
+    cdef public bytearray _buf
+    cdef public Batch _batch
+    cdef public bint _flush_scheduled
+    cdef public object _loop
+    cdef public object reader
+    cdef public list _progress
+    cdef public PeriodicSync sync
+
+    cpdef bint available(self) except -1
+
+    @cython.locals(size=Py_ssize_t, length=Py_ssize_t, offset=cython.longlong,
+                   header=bytes, segments=list, seg=Segment, batch=Batch)
+    cpdef tuple put(self, object add_time, object data, object expire_time=*, object error_count=*)
+
+    cpdef join(self, ProgressLog progress)
+    cpdef _schedule_flush(self)
+    cpdef flush(self)
+
+    @cython.locals(end=object, seg=Segment)
+    cpdef _acknowledge(self, Batch batch)

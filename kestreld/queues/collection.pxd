@@ -1,0 +1,27 @@
+# Cython declarations for collection.py (compiled when a compiler is present; see
+# kestreld/compiled.py).  Every set and get finds its queue and reader here.
+
+cimport cython
+
+from kestreld.queues.journaled_queue cimport JournaledQueue
+from kestreld.queues.reader cimport Reader
+
+
+cdef class QueueCollection:
+    cdef public object config
+    cdef public object executor
+    cdef public dict queues
+    cdef public long long queue_creates
+    cdef public long long queue_deletes
+    cdef public long long queue_expires
+    cdef public bint _checkpointing
+    cdef public object _compacting
+
+    @cython.locals(queue=JournaledQueue)
+    cpdef JournaledQueue queue(self, object name, bint create)
+
+    @cython.locals(queue=JournaledQueue, reader=Reader)
+    cpdef Reader reader(self, object full_name, bint create)
+
+    @cython.locals(queue=JournaledQueue)
+    cpdef put(self, object name, object data, object expire_time, object now)

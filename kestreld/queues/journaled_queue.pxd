@@ -1,0 +1,36 @@
+# Cython declarations for journaled_queue.py (compiled when a compiler is present; see
+# kestreld/compiled.py).  Every put goes through JournaledQueue.put: the journal, the batch
+# and the readers are typed, so their hot methods are C calls.
+
+cimport cython
+
+from kestreld.journal.batch cimport Batch
+from kestreld.journal.writer cimport Segment, WriterJournal
+from kestreld.queues.item cimport QueueItem
+from kestreld.queues.reader cimport Reader
+
+
+cdef class JournaledQueue:
+    cdef public object name
+    cdef public object server_config
+    cdef public object config
+    cdef public object folder
+    cdef public object executor
+    cdef public WriterJournal journal
+    cdef public dict readers
+    cdef public double created_at
+    cdef public long long _next_id
+    cdef public Batch _pending_batch
+    cdef public list _pending
+    cdef public long long pending_items
+    cdef public long long pending_bytes
+    cdef public bint deleted
+
+    @cython.locals(readers=dict, default=Reader, reader=Reader, journal=WriterJournal,
+                   batch=Batch, item=QueueItem, pending=list, p_items=cython.longlong,
+                   p_bytes=cython.longlong)
+    cpdef put(self, object data, object expire_time, object now)
+
+    @cython.locals(nbytes=Py_ssize_t, put=tuple, item=QueueItem, readers=list, reader=Reader,
+                   seg=Segment)
+    cpdef _acknowledged(self, list puts, Batch batch)

@@ -1,0 +1,83 @@
+# Cython declarations for reader.py (compiled when a compiler is present; see kestreld/compiled.py).
+# Every put is offered to the readers and every get takes from one: counters are C fields,
+# the memory queue, the journal and the items are typed, the hot methods are cpdef.
+# The queue stays an object (journaled_queue.pxd cimports this file).  items, bytes and age
+# stay Python ints: a damaged checkpoint can make them exceed 64 bits (as in pure Python).
+
+cimport cython
+
+from kestreld.journal.batch cimport Batch
+from kestreld.journal.progress cimport ProgressLog
+from kestreld.journal.writer cimport Segment, WriterJournal
+from kestreld.queues.blocking cimport BlockingQueue
+from kestreld.queues.item cimport QueueItem
+
+
+cdef class OpenRead:
+    cdef public QueueItem item
+    cdef public object reader
+    cdef public double opened_at
+    cdef public bint finished
+
+
+cdef class Reader:
+    cdef public object queue
+    cdef public object name
+    cdef public object full_name
+    cdef public object _config
+    cdef public object cfg_max_age
+    cdef public object cfg_max_memory
+    cdef public object cfg_max_items
+    cdef public object cfg_max_size
+    cdef public bint cfg_discard_old
+    cdef public BlockingQueue memory
+    cdef public long long mem_bytes
+    cdef public object items
+    cdef public object bytes
+    cdef public object rb
+    cdef public dict open_reads
+    cdef public long long head
+    cdef public set done
+    cdef public bint dirty
+    cdef public long long saved_head
+    cdef public bint deleted
+    cdef public ProgressLog progress
+    cdef public WriterJournal _journal
+    cdef public object on_expired
+    cdef public long long total_items
+    cdef public long long expired_items
+    cdef public long long discarded
+    cdef public long long transactions
+    cdef public long long canceled_transactions
+    cdef public long long total_flushes
+    cdef public object age
+
+    cpdef _configure(self, object config)
+
+    @cython.locals(size=Py_ssize_t, memory=BlockingQueue)
+    cpdef offer(self, QueueItem item, Segment seg, long long offset, object now)
+    cpdef drop(self, long long id_)
+    @cython.locals(max_items=object, max_size=object)
+    cpdef bint is_full(self, long long pending_items=*, long long pending_bytes=*) except -1
+    @cython.locals(item=QueueItem)
+    cpdef make_room(self, object now, long long pending_items=*, long long pending_bytes=*)
+
+    @cython.locals(memory=BlockingQueue, item=QueueItem)
+    cpdef _pop(self, object now)
+    @cython.locals(item=QueueItem)
+    cpdef take(self, object now)
+    @cython.locals(item=QueueItem)
+    cpdef peek(self, object now)
+    cpdef _removed(self, QueueItem item, object now)
+
+    @cython.locals(read=OpenRead)
+    cpdef OpenRead open(self, QueueItem item)
+    cpdef confirm(self, OpenRead read)
+    cpdef consume(self, QueueItem item)
+    @cython.locals(journal=WriterJournal, progress=ProgressLog)
+    cpdef _durably_commit(self, long long id_)
+
+    @cython.locals(head=cython.longlong, done=set)
+    cpdef commit(self, long long id_)
+    cpdef _expire(self, QueueItem item)
+    cpdef _forward_expired(self, QueueItem item)
