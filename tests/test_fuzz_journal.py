@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kestreld_process import Conn
+from waiting import wait_until
 
 from kestreld.config import ServerConfig
 from kestreld.journal import codec
@@ -390,8 +391,11 @@ def test_server_starts_on_damaged_files_reports_the_cut_and_keeps_going(
     srv = make_server(queue_path=folder)
     c = Conn(srv.connect())
     assert _drain_server(c) == [_data(i) for i in expected]
-    reported = srv.events("journal_repaired") + srv.events("journal_damage_skipped")
-    assert reported, "the damage was reported"
+    # The log is read by a thread: the line may trail the replies.
+    wait_until(
+        lambda: srv.events("journal_repaired") + srv.events("journal_damage_skipped"),
+        "the damage was reported",
+    )
     assert c.set(Q, "fresh") == b"STORED" and c.get(Q) == b"fresh"
     srv.stop()
     ids = [
