@@ -118,6 +118,23 @@ def _read_value(c: Conn) -> tuple[bytes | None, bytes]:
     return None, line
 
 
+def _take(c: Conn, ledger: Ledger, k: int) -> None:
+    """Up to ``k`` reliable reads, each confirmed; the ledger learns what was acknowledged."""
+    for _ in range(k):
+        c.send(f"get {QUEUE}/open\r\n")
+        data, line = _read_value(c)
+        if data is None:
+            assert line == b"END", line
+            return
+        key = _key(data)
+        ledger.maybe_confirmed.add(key)  # the cut may take the reply, not the confirm
+        c.send(f"get {QUEUE}/close\r\n")
+        _, line = _read_value(c)
+        if line == b"END":
+            ledger.maybe_confirmed.discard(key)
+            ledger.confirmed.add(key)
+
+
 def _scripted_workload(srv: PowerServer, ledger: Ledger) -> None:
     """Sets, reliable reads with confirms, rotations, checkpoints, dead segments.
 
@@ -143,19 +160,7 @@ def _scripted_workload(srv: PowerServer, ledger: Ledger) -> None:
         return True
 
     def take(k: int) -> None:
-        for _ in range(k):
-            c.send(f"get {QUEUE}/open\r\n")
-            data, line = _read_value(c)
-            if data is None:
-                assert line == b"END", line
-                return
-            key = _key(data)
-            ledger.maybe_confirmed.add(key)
-            c.send(f"get {QUEUE}/close\r\n")
-            _, line = _read_value(c)
-            if line == b"END":
-                ledger.maybe_confirmed.discard(key)
-                ledger.confirmed.add(key)
+        _take(c, ledger, k)
 
     try:
         if not put(6):
@@ -345,19 +350,7 @@ def _confirms_after_a_compaction(srv: PowerServer, ledger: Ledger) -> None:
     c.sock.settimeout(10)
 
     def take(k: int) -> None:
-        for _ in range(k):
-            c.send(f"get {QUEUE}/open\r\n")
-            data, line = _read_value(c)
-            if data is None:
-                assert line == b"END", line
-                return
-            key = _key(data)
-            ledger.maybe_confirmed.add(key)
-            c.send(f"get {QUEUE}/close\r\n")
-            _, line = _read_value(c)
-            if line == b"END":
-                ledger.maybe_confirmed.discard(key)
-                ledger.confirmed.add(key)
+        _take(c, ledger, k)
 
     try:
         for i in range(COMPACTION_ITEMS):
