@@ -441,6 +441,7 @@ def test_a_failed_folder_fsync_after_a_rewrite_loses_no_later_confirm(lazyfs, tm
             srv.power_loss()  # kill -9, then everything not durable is gone
     finally:
         c.close()
+        srv.kill()  # a no-op after the crash above; stops the server when an assertion failed
     srv.start()
     try:
         got = _drain(srv)
