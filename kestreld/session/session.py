@@ -325,7 +325,8 @@ class Session:
         """Open reads of every item of ``f.name`` for ``seconds`` (at most ``limit``).
 
         Each item is opened and passed to the listener's ``monitor_item(f)``
-        (``f.item``); the end is ``wait_ended(f)`` (outcome MISS).  It is this
+        (``f.item``); the end is ``wait_ended(f)``: outcome MISS at its end, GONE
+        when :meth:`stop_waiting` ended it early.  It is this
         session's wait.  Raises :class:`NotWritable` when QUIESCENT.
         """
         self.check_readable()
@@ -343,6 +344,7 @@ class Session:
         """One item of a monitor: opened by this session, then shown to the listener."""
         self.stats.get_hits += 1
         f.item = item
+        f.outcome = ITEM
         read = f.reader.open(item, self)  # type: ignore[union-attr]
         reads = self.open_reads.get(f.reader)
         if reads is None:
@@ -358,7 +360,9 @@ class Session:
         if not task.cancelled() and task.exception() is not None:
             log.error("monitor_failed", error=str(task.exception()))
         if not self.closed and f is not None:
-            f.outcome = MISS
+            # Ended early (the client half-closed, the server stops): each item went
+            # out as a whole get reply already, and no END follows.
+            f.outcome = GONE if task.cancelled() else MISS
             f.item = None
             self.listener.wait_ended(f)
 
