@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from kestreld.bench.memory_transport import MemoryTransport
 from kestreld.protocol import connection as connection_module
 from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config
+from kestreld.testing.memory_transport import MemoryTransport
 
 
 @pytest.fixture

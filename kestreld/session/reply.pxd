@@ -28,4 +28,5 @@ cdef class PendingReply:
     cpdef Py_ssize_t size(self) except -1
 
 
+@cython.locals(reply=PendingReply)
 cpdef PendingReply pending_put(Batch ticket)

@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("kestreld.session")
 
+# Read per request: module constants, not an attribute lookup on the enum class each time.
+_UP = ServerStatus.UP
+_QUIESCENT = ServerStatus.QUIESCENT
+
 __all__ = ["Session"]
 
 
@@ -109,12 +113,12 @@ class Session:
     def check_writable(self) -> None:
         """Raise :class:`NotWritable` unless the server takes writes (UP)."""
         status = self.server.status
-        if status is not ServerStatus.UP:
+        if status is not _UP:
             raise NotWritable(f"server is {status.value}")
 
     def check_readable(self) -> None:
         """Raise :class:`NotWritable` if the server refuses reads (QUIESCENT)."""
-        if self.server.status is ServerStatus.QUIESCENT:
+        if self.server.status is _QUIESCENT:
             raise NotWritable("server is QUIESCENT")
 
     def max_open_reads(self) -> int:
@@ -132,7 +136,7 @@ class Session:
         (larger than the queue's ``max_item_size``) if it cannot be stored."""
         server = self.server
         status = server.status
-        if status is not ServerStatus.UP:
+        if status is not _UP:
             raise NotWritable(f"server is {status.value}")
         # The queue's own config (the same object, kept current by reloads) saves a lookup.
         queue = self.queues.queues.get(name)
@@ -203,7 +207,7 @@ class Session:
         f.reply = None
         f.item = None
         fetch = f.open or not (f.close or f.abort)
-        refused = fetch and server.status is ServerStatus.QUIESCENT
+        refused = fetch and server.status is _QUIESCENT
         reader = self.queues.reader(f.name, create=fetch and not refused)
         if reader is None:
             if refused:
@@ -303,7 +307,9 @@ class Session:
             return
         observe = self.server.latency_observer
         if observe is not None:
-            observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started)  # type: ignore[union-attr]
+            observe(
+                "get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started
+            )  # type: ignore[union-attr]
         if item is None:
             self.stats.get_misses += 1
             f.outcome = MISS  # type: ignore[union-attr]
