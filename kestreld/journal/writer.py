@@ -25,7 +25,7 @@ from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.cursor import SegmentReader
 from kestreld.journal.files import segment_name, unlink_quietly
-from kestreld.journal.periodic_sync import WRITE_RETRY_MS, PeriodicSync
+from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
 
 log = structlog.get_logger("kestreld.journal")
@@ -398,7 +398,7 @@ class WriterJournal:
         if batch is not None:
             batch.resolve(f"journal write failed: {e.strerror}")
         # The ids of the failed batch are gone from disk; the segment keeps its range.
-        self.sync.failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
+        self.sync.refuse_writes()
         log.warning("journal_batch_dropped", queue=self.queue, bytes=lost)
 
     def flush(self) -> None:
@@ -422,8 +422,7 @@ class WriterJournal:
             if done is not None:
                 written.append(done)
                 self.sync.wrote_to(log_.fd)
-                if log_.created:  # found by test_power_loss.py: the name must be fsynced too
-                    log_.created = False
+                if log_.take_created():  # found by test_power_loss.py: the name must be fsynced too
                     self.sync.new_file()
         return written
 
@@ -488,6 +487,38 @@ class WriterJournal:
     ) -> tuple[list[codec.Put], int, str | None]:
         """Acknowledged PUTs of ``seg`` from ``offset`` (see :meth:`SegmentReader.read`)."""
         return self.reader.read(seg, offset, max_bytes)
+
+    def unread(
+        self, head: int, done: set[int], held: set[int]
+    ) -> tuple[int, int, list[codec.Put]]:
+        """What a reader restored at ``head`` has left: (items, data bytes, held puts).
+
+        Exact: every segment past ``head`` is scanned (headers only; the data
+        of the ``held`` ids, owed below the head, is read), so ids confirmed
+        out of order, ids lost to a failed batch and expiry headers never skew
+        the counts (Kestrel 2.x replayed its journal at start-up the same way).
+        """
+        items = nbytes = 0
+        found: list[codec.Put] = []
+        low = min(held) if held else head + 1
+        for seg in self.segments:
+            if not seg.first_id or seg.last_id < low:
+                continue
+            with open(seg.path, "rb") as f:
+                data = f.read(seg.visible)
+            res = codec.scan(data, codec.MAGIC_SIZE, include_data=bool(held))
+            for rec in res.records:
+                if not isinstance(rec, codec.Put):
+                    continue
+                id_ = rec.id
+                if id_ > head:
+                    if id_ not in done:
+                        items += 1
+                        nbytes += rec.size
+                elif id_ in held:
+                    found.append(rec)
+        found.sort(key=lambda p: p.id)
+        return items, nbytes, found
 
     # --- dead segments ----------------------------------------------------------------
 

@@ -518,14 +518,20 @@ def cmd_flush(conn: MemcacheConnection, args: list[bytes]) -> None:
     name = _name_arg(conn, args)
     if name is None or not _writable(conn):
         return
-    conn.server.queues.flush(name)
-    conn.out.append(END)
+    ticket = conn.server.queues.flush(name)
+    if ticket is None or (ticket.done and ticket.error is None):
+        conn.out.append(END)
+    else:  # END once the flush (a READ_HEAD jump) is durable, as a confirm's reply
+        conn.hold_reply(ticket, None).parts.append(END)
 
 
 def cmd_flush_all(conn: MemcacheConnection, args: list[bytes]) -> None:
     if _writable(conn):
-        conn.server.queues.flush_all()
-        conn.out.append(FLUSHED_ALL)
+        ticket = conn.server.queues.flush_all()
+        if ticket is None or (ticket.done and ticket.error is None):
+            conn.out.append(FLUSHED_ALL)
+        else:  # once every reader's flush is durable, as a confirm's reply
+            conn.hold_reply(ticket, None).parts.append(FLUSHED_ALL)
 
 
 def cmd_flush_expired(conn: MemcacheConnection, args: list[bytes]) -> None:
