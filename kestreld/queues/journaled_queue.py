@@ -245,6 +245,11 @@ class JournaledQueue:
         self.pending_bytes += size
         return batch
 
+    def _forget_unacked(self, puts: list[_Put]) -> None:
+        """Batches resolved out of order (rare): take these puts out of the line."""
+        gone = {id(put) for put in puts}
+        self._unacked = deque([put for put in self._unacked if id(put) not in gone])
+
     def _discard_unacked(self, reader: Reader, p_items: int, p_bytes: int) -> None:
         """Still full after discarding what it holds: the reader discards the oldest puts
         on their way in (pipelined sets of one unwritten batch), as if already stored."""
@@ -270,8 +275,7 @@ class JournaledQueue:
             for _ in range(len(puts)):
                 unacked.popleft()
         elif puts:
-            gone = {id(put) for put in puts}
-            self._unacked = deque(put for put in unacked if id(put) not in gone)
+            self._forget_unacked(puts)
         nbytes = 0
         for put in puts:
             item = put[0]
