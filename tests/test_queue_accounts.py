@@ -119,6 +119,7 @@ def test_switching_to_fanout_only_drops_the_default_reader(make_server):
     c = Conn(srv.connect())
     assert c.get("fo") is None
     assert not os.path.exists(os.path.join(srv.queue_path, "fo.read."))
+
     # Without a reader holding them, every segment but the newest is retired.
     def segments() -> list[str]:
         return [n for n in os.listdir(srv.queue_path) if n.startswith("fo.") and ".read." not in n]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kestreld.journal.writer import Segment
+    from kestreld.journal.segment import Segment
 
 
 class Batch:

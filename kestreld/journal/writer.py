@@ -14,6 +14,7 @@ whether the write (and fsync) succeeded.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import time
 from concurrent.futures import Executor
@@ -23,55 +24,20 @@ import structlog
 from kestreld.journal import codec
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
-from kestreld.journal.cursor import SegmentReader
 from kestreld.journal.files import segment_name, unlink_quietly
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
+from kestreld.journal.segment import Segment, SegmentReader
 
 log = structlog.get_logger("kestreld.journal")
 
 
+#: Start-up scans the segments past a reader's head whole up to this size (exact counts).
+EXACT_SCAN_BYTES = 64 * 1024 * 1024
+
+
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
-
-
-class Segment:
-    """One writer file.  ``first_id`` is 0 while the segment holds no put."""
-
-    __slots__ = (
-        "stamp",
-        "path",
-        "first_id",
-        "last_id",
-        "size",
-        "written",
-        "visible",
-        "items",
-        "data_bytes",
-    )
-
-    def __init__(
-        self,
-        stamp: int,
-        path: str,
-        first_id: int = 0,
-        last_id: int = 0,
-        size: int = codec.MAGIC_SIZE,
-        written: int = codec.MAGIC_SIZE,
-        visible: int = codec.MAGIC_SIZE,
-        items: int = 0,
-        data_bytes: int = 0,
-    ) -> None:
-        self.stamp = stamp
-        self.path = path
-        self.first_id = first_id
-        self.last_id = last_id
-        self.size = size  # logical size, including bytes still in the buffer
-        self.written = written  # bytes handed to the OS
-        # Bytes of successfully acknowledged batches: what readers may read.
-        self.visible = visible
-        self.items = items
-        self.data_bytes = data_bytes
 
 
 class WriterJournal:
@@ -488,21 +454,27 @@ class WriterJournal:
         """Acknowledged PUTs of ``seg`` from ``offset`` (see :meth:`SegmentReader.read`)."""
         return self.reader.read(seg, offset, max_bytes)
 
-    def unread(
-        self, head: int, done: set[int], held: set[int]
-    ) -> tuple[int, int, list[codec.Put]]:
+    def unread(self, head: int, done: set[int], held: set[int]) -> tuple[int, int, list[codec.Put]]:
         """What a reader restored at ``head`` has left: (items, data bytes, held puts).
 
-        Exact: every segment past ``head`` is scanned (headers only; the data
-        of the ``held`` ids, owed below the head, is read), so ids confirmed
-        out of order, ids lost to a failed batch and expiry headers never skew
-        the counts (Kestrel 2.x replayed its journal at start-up the same way).
+        Exact when the segments past ``head`` hold at most :data:`EXACT_SCAN_BYTES`
+        (their record headers are scanned, so ids confirmed out of order, ids
+        lost to a failed batch and expiry headers never skew the counts).  Past
+        that, only the segment holding the head and those holding done or held
+        ids are scanned; the counts of the others come from their size (each
+        item with an expiry counts 8 bytes too many until it is read), so a
+        large backlog does not delay start-up.
         """
         items = nbytes = 0
         found: list[codec.Put] = []
         low = min(held) if held else head + 1
-        for seg in self.segments:
-            if not seg.first_id or seg.last_id < low:
+        wanted = [s for s in self.segments if s.first_id and s.last_id >= low]
+        exact = sum(s.size for s in wanted) <= EXACT_SCAN_BYTES
+        marked = sorted(done | held)
+        for seg in wanted:
+            if not exact and seg.first_id > head and not _any_within(marked, seg):
+                items += seg.items
+                nbytes += seg.data_bytes
                 continue
             with open(seg.path, "rb") as f:
                 data = f.read(seg.visible)
@@ -517,8 +489,16 @@ class WriterJournal:
                         nbytes += rec.size
                 elif id_ in held:
                     found.append(rec)
-        found.sort(key=lambda p: p.id)
+        found.sort(key=_put_id)
         return items, nbytes, found
+
+    def reconfigure(
+        self, max_journal_size: int, sync_journal: int | None, archive_path: str | None
+    ) -> None:
+        """A reloaded config: the next rotation and fsync follow it."""
+        self.max_journal_size = max_journal_size
+        self.sync.sync_journal = sync_journal
+        self.archive_path = archive_path
 
     # --- dead segments ----------------------------------------------------------------
 
@@ -549,6 +529,16 @@ class WriterJournal:
         for seg in self.segments:
             unlink_quietly(seg.path)
         self.segments = []
+
+
+def _put_id(put: codec.Put) -> int:
+    return put.id
+
+
+def _any_within(ids: list[int], seg: Segment) -> bool:
+    """Some id of the sorted ``ids`` falls in ``seg``'s range."""
+    i = bisect.bisect_left(ids, seg.first_id)
+    return i < len(ids) and ids[i] <= seg.last_id
 
 
 def _close(fd: int) -> None:

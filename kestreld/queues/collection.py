@@ -97,7 +97,7 @@ class QueueCollection:
     def _adopt(self, queue: JournaledQueue) -> None:
         self.queues[queue.name] = queue
         for reader in queue.readers.values():
-            reader.on_expired = self._forward_expired
+            reader.forward_expired_to(self._forward_expired)
 
     # --- lookup ---------------------------------------------------------------------------
 
@@ -126,7 +126,7 @@ class QueueCollection:
             return None
         reader = queue.reader(rname, create)
         if reader is not None and reader.on_expired is None:
-            reader.on_expired = self._forward_expired
+            reader.forward_expired_to(self._forward_expired)
         return reader
 
     def readers(self) -> list[Reader]:

@@ -5,7 +5,8 @@
 cimport cython
 
 from kestreld.journal.batch cimport Batch
-from kestreld.journal.writer cimport Segment, WriterJournal
+from kestreld.journal.segment cimport Segment
+from kestreld.journal.writer cimport WriterJournal
 from kestreld.queues.item cimport QueueItem
 from kestreld.queues.reader cimport Reader
 

@@ -19,7 +19,7 @@ from kestreld.config import QueueConfig, ServerConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.checkpoint import read_checkpoint
 from kestreld.journal.files import QueueFiles, unlink_quietly
-from kestreld.journal.writer import JournalWriteError, Segment, WriterJournal
+from kestreld.journal.writer import JournalWriteError, WriterJournal
 from kestreld.queues.item import QueueItem
 from kestreld.queues.reader import Compaction, Reader
 
@@ -360,9 +360,9 @@ class JournaledQueue:
         self.server_config = server_config
         self.config = server_config.queue(self.name)
         if self.journal is not None:
-            self.journal.max_journal_size = self.config.max_journal_size
-            self.journal.sync_journal = self.config.sync_journal
-            self.journal.archive_path = server_config.archive_path
+            self.journal.reconfigure(
+                self.config.max_journal_size, self.config.sync_journal, server_config.archive_path
+            )
         if self.config.fanout_only and "" in self.readers:
             self.remove_reader("")  # switched to fanout_only: the default reader is gone
             log.info("reader_deleted", queue=self.name, reader="", reason="fanout_only")

@@ -8,7 +8,8 @@ cimport cython
 
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.progress cimport ProgressLog
-from kestreld.journal.writer cimport Segment, WriterJournal
+from kestreld.journal.segment cimport Segment
+from kestreld.journal.writer cimport WriterJournal
 from kestreld.queues.blocking cimport BlockingQueue
 from kestreld.queues.item cimport QueueItem
 

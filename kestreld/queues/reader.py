@@ -28,10 +28,10 @@ import structlog
 from kestreld.config import QueueConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
-from kestreld.journal.cursor import ReadBehind
 from kestreld.journal.files import checkpoint_name, unlink_quietly
 from kestreld.journal.progress import FolderNotSynced, ProgressLog, rewrite
-from kestreld.journal.writer import Segment, WriterJournal
+from kestreld.journal.segment import ReadBehind, Segment
+from kestreld.journal.writer import WriterJournal
 from kestreld.queues.blocking import BlockingQueue
 from kestreld.queues.item import QueueItem
 
@@ -316,9 +316,7 @@ class Reader:
         if max_items is not None and self.items + pending_items - self.skipped_items >= max_items:
             return True
         max_size = self.cfg_max_size
-        return (
-            max_size is not None and self.bytes + pending_bytes - self.skipped_bytes >= max_size
-        )
+        return max_size is not None and self.bytes + pending_bytes - self.skipped_bytes >= max_size
 
     def make_room(self, now: int, pending_items: int = 0, pending_bytes: int = 0) -> None:
         """Discard oldest items until a new one fits (discard_old_when_full).
@@ -754,6 +752,10 @@ class Reader:
         if job is not None:
             job.run()
             self.finish_compaction(job)
+
+    def forward_expired_to(self, callback: Callable[[Reader, QueueItem], None]) -> None:
+        """Where expired items go (``expire_to_queue``; the collection knows the queues)."""
+        self.on_expired = callback
 
     def floor(self) -> int:
         """Every id at or below this is durably consumed: segments up to it may go."""

@@ -1,22 +1,58 @@
-"""Read-behind: reading acknowledged items back from writer segments.
+"""A writer segment, and reading acknowledged items back from segments (read-behind).
 
-A reader whose items do not fit in memory keeps a :class:`ReadBehind` cursor
-(segment, offset, next id) and refills memory through the queue's
-:class:`SegmentReader`, which keeps the read-only descriptors of the few
-segments read last (an LRU): a queue holds a bounded number of descriptors
-however many segments a lagging reader has to walk through.
+:class:`Segment` is one writer file (what the writer journal appends to and
+what readers read back).  A reader whose items do not fit in memory keeps a
+:class:`ReadBehind` cursor (segment, offset, next id) and refills memory
+through the queue's :class:`SegmentReader`, which keeps the read-only
+descriptors of the few segments read last (an LRU): a queue holds a bounded
+number of descriptors however many segments a lagging reader walks through.
 """
 
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING
 
 from kestreld.journal import codec
 
-if TYPE_CHECKING:
-    from kestreld.journal.writer import Segment
+
+class Segment:
+    """One writer file.  ``first_id`` is 0 while the segment holds no put."""
+
+    __slots__ = (
+        "stamp",
+        "path",
+        "first_id",
+        "last_id",
+        "size",
+        "written",
+        "visible",
+        "items",
+        "data_bytes",
+    )
+
+    def __init__(
+        self,
+        stamp: int,
+        path: str,
+        first_id: int = 0,
+        last_id: int = 0,
+        size: int = codec.MAGIC_SIZE,
+        written: int = codec.MAGIC_SIZE,
+        visible: int = codec.MAGIC_SIZE,
+        items: int = 0,
+        data_bytes: int = 0,
+    ) -> None:
+        self.stamp = stamp
+        self.path = path
+        self.first_id = first_id
+        self.last_id = last_id
+        self.size = size  # logical size, including bytes still in the buffer
+        self.written = written  # bytes handed to the OS
+        # Bytes of successfully acknowledged batches: what readers may read.
+        self.visible = visible
+        self.items = items
+        self.data_bytes = data_bytes
 
 
 class ReadBehind:
