@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  hotpath    the server's own Python cost per set/get/reliable item, in process\n"
         "  soak       crash soak: kill -9 under mixed load, then check the ledger\n"
         "  model      the queue core against a model of Kestrel (the long model-based run)\n"
+        "  resources  descriptors, waiter and flush memory (docs/operations.md's figures)\n"
         "  pipeline   the Spark data source against the plain-Python codec\n"
         "\nexamples:\n"
         "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
@@ -597,6 +598,7 @@ PROGRAMS = {
     "hotpath": "kestreld.bench.hotpath",
     "soak": "kestreld.bench.soak",
     "model": "kestreld.bench.queue_model",
+    "resources": "kestreld.bench.resources",
     "pipeline": "kestreld.bench.pipeline",
 }
 
