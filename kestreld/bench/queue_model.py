@@ -325,15 +325,18 @@ class QueueModel(RuleBasedStateMachine):
             assert 0 <= get("mem_items") <= got["items"], (name, get("mem_items"), got)
 
 
-def run(examples: int, steps: int = 40, seed: int | None = None) -> tuple[int, int]:
-    """Run ``examples`` sequences of up to ``steps`` steps; returns (sequences, steps) run."""
+def run(examples: int, steps: int = 40, randomize: bool = False) -> tuple[int, int]:
+    """Run ``examples`` sequences of up to ``steps`` steps; returns (sequences, steps) run.
+
+    ``randomize``: new sequences each run (the long run); otherwise the same ones (CI).
+    """
     QueueModel.runs = QueueModel.steps = 0
     test = QueueModel.TestCase
     test.settings = settings(
         max_examples=examples,
         stateful_step_count=steps,
         deadline=None,
-        derandomize=seed is None,  # CI: the same sequences every run
+        derandomize=not randomize,
         database=None,
         suppress_health_check=list(__import__("hypothesis").HealthCheck),
     )
@@ -356,10 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sequences", type=int, default=500, help="how many (default 500)")
     parser.add_argument("--steps", type=int, default=60, help="steps per sequence (default 60)")
-    parser.add_argument("--seed", type=int, default=None, help="random (not derandomized)")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    runs, steps = run(args.sequences, args.steps, seed=args.seed if args.seed is not None else 0)
+    runs, steps = run(args.sequences, args.steps, randomize=True)
     print(
         f"model-based run: {runs} sequences, {steps} steps checked, "
         f"{time.monotonic() - started:.0f} s, no difference from the model"
