@@ -314,3 +314,15 @@ def test_flush_with_a_read_open_moves_the_head_and_gives_the_read_back_after_kil
     srv.start()
     c = Conn(srv.connect())
     assert _drain(c, "fo2") == [b"first"]
+
+
+def test_an_item_expired_on_arrival_is_not_revived_by_kill_9(make_server):
+    srv = make_server(NO_COMPACTION)
+    c = Conn(srv.connect())
+    assert c.set("ea", "keep") == b"STORED"
+    assert c.set("ea", "gone", exptime=1_000_000_000) == b"STORED"  # 2001: expired already
+    srv.kill()
+    srv.start()
+    c = Conn(srv.connect())
+    assert (_q(c, "ea")["items"], _q(c, "ea")["bytes"]) == (1, 4)
+    assert _drain(c, "ea") == [b"keep"]

@@ -92,6 +92,7 @@ class QueueModel(RuleBasedStateMachine):
         # Open reads per (client, reader), oldest first.
         self.open: dict[tuple[int, str], deque[bytes]] = {}
         self.serial = 0
+        self.history: list[str] = []  # the steps so far, for a failure's message
         QueueModel.runs += 1
 
     def teardown(self) -> None:
@@ -169,6 +170,7 @@ class QueueModel(RuleBasedStateMachine):
         expiry=st.sampled_from(["none", "none", "none", "past", "future"]),
     )
     def set(self, queue: str, size: int, expiry: str) -> None:
+        self.history.append(f"set {queue} size={size} expiry={expiry}")
         self.serial += 1
         data = f"{self.serial:07d}".encode().ljust(size, b"x")
         exptime = {"none": 0, "past": PAST, "future": int(time.time()) + FUTURE_S}[expiry]
@@ -203,6 +205,7 @@ class QueueModel(RuleBasedStateMachine):
         mode=st.sampled_from(["", "", "/open", "/close", "/abort", "/close/open", "/peek"]),
     )
     def get(self, client: int, name: str, mode: str) -> None:
+        self.history.append(f"client {client}: get {name}{mode}")
         first = self._request(client, f"get {name}{mode}")
         opened = mode in ("/open", "/close/open")
         fetch = opened or mode in ("", "/peek")
@@ -239,6 +242,7 @@ class QueueModel(RuleBasedStateMachine):
         count=st.integers(min_value=1, max_value=3),
     )
     def confirm(self, client: int, name: str, count: int) -> None:
+        self.history.append(f"client {client}: confirm {name} {count}")
         reply = self._request(client, f"confirm {name} {count}")
         reads = self.open.get((client, name))
         if name not in self.readers or not reads:
@@ -250,12 +254,14 @@ class QueueModel(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(READERS))
     def flush(self, name: str) -> None:
+        self.history.append(f"flush {name}")
         assert self._request(0, f"flush {name}") == b"END"
         if name in self.readers:
             self.readers[name].items.clear()
 
     @rule()
     def flush_all(self) -> None:
+        self.history.append("flush_all")
         assert self._request(0, "flush_all") == b"Flushed all queues."
         for reader in self.readers.values():
             reader.items.clear()
@@ -263,6 +269,7 @@ class QueueModel(RuleBasedStateMachine):
     @precondition(lambda self: not any(self.open.values()))
     @rule(name=st.sampled_from(READERS))
     def delete(self, name: str) -> None:
+        self.history.append(f"delete {name}")
         assert self._request(0, f"delete {name}") == b"DELETED"
         if "+" in name:
             self.readers.pop(name, None)
@@ -272,6 +279,7 @@ class QueueModel(RuleBasedStateMachine):
 
     @rule(client=st.integers(min_value=0, max_value=CLIENTS - 1))
     def disconnect(self, client: int) -> None:
+        self.history.append(f"client {client}: disconnect")
         self.conns[client].close()
         for (c, name), reads in self.open.items():
             if c == client and reads:
@@ -282,6 +290,7 @@ class QueueModel(RuleBasedStateMachine):
 
     @rule(kill=st.booleans())
     def restart(self, kill: bool) -> None:
+        self.history.append("kill -9" if kill else "restart")
         for c in self.conns:
             c.close()
         self.server.restart(crash=kill)
@@ -321,7 +330,7 @@ class QueueModel(RuleBasedStateMachine):
                 "discarded": reader.discarded,
                 "expired_items": reader.expired,
             }
-            assert got == want, (name, got, want)
+            assert got == want, (name, got, want, self.history[-30:])
             assert 0 <= get("mem_items") <= got["items"], (name, get("mem_items"), got)
 
 

@@ -235,7 +235,12 @@ class JournaledQueue:
             self._pending = pending = []
             batch.add_done_callback(functools.partial(self._acknowledged, pending))
         put = [QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping]
-        if skipping is not None:
+        if expire_time and expire_time <= now:
+            # Expired on arrival: every reader expires it once acknowledged, and that
+            # is journaled now, with the put (a kill -9 after STORED must not revive it).
+            for reader in readers.values():
+                reader.journal_drop(id_)
+        elif skipping is not None:
             for reader in skipping:
                 reader.journal_drop(id_)  # written with the put, before it is acknowledged
         pending.append(put)
