@@ -283,8 +283,16 @@ class WriterJournal:
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
+            loop = self._loop
+            if loop is None:
+                try:
+                    loop = self._loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    # Driven outside an event loop (offline tools, tests): write now.
+                    self.flush()
+                    return
             self._flush_scheduled = True
-            self._get_loop().call_soon(self.flush)
+            loop.call_soon(self.flush)
 
     def retire(self, fd: int) -> None:
         """A progress file descriptor no longer written: closed once no fsync can use it."""
