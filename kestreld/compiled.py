@@ -30,6 +30,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.journal.batch",
     "kestreld.journal.progress",
     "kestreld.journal.periodic_sync",
+    "kestreld.journal.segment",
     "kestreld.journal.writer",
     "kestreld.queues.reader",
     "kestreld.queues.journaled_queue",

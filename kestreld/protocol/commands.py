@@ -250,20 +250,28 @@ def cmd_flush(conn: MemcacheConnection, args: list[bytes]) -> None:
     if name is None:
         return
     try:
-        conn.session.flush(name)
+        reply = conn.session.flush(name)
     except NotWritable as e:
         conn.out.append(server_error(str(e)))
         return
-    conn.out.append(END)
+    if reply is None:
+        conn.out.append(END)
+    else:  # END once the flush (a READ_HEAD jump) is durable, as a confirm's reply
+        reply.parts.append(END)
+        conn.hold(reply)
 
 
 def cmd_flush_all(conn: MemcacheConnection, args: list[bytes]) -> None:
     try:
-        conn.session.flush_all()
+        reply = conn.session.flush_all()
     except NotWritable as e:
         conn.out.append(server_error(str(e)))
         return
-    conn.out.append(FLUSHED_ALL)
+    if reply is None:
+        conn.out.append(FLUSHED_ALL)
+    else:  # once every reader's flush is durable
+        reply.parts.append(FLUSHED_ALL)
+        conn.hold(reply)
 
 
 def cmd_flush_expired(conn: MemcacheConnection, args: list[bytes]) -> None:

@@ -480,15 +480,29 @@ class Session:
         self.check_writable()
         self.queues.delete(name)
 
-    def flush(self, name: str) -> None:
-        """Drop every item of ``name``.  Raises :class:`NotWritable`."""
-        self.check_writable()
-        self.queues.flush(name)
+    def flush(self, name: str) -> PendingReply | None:
+        """Drop every item of ``name``.  Raises :class:`NotWritable`.
 
-    def flush_all(self) -> None:
-        """Drop every item of every queue.  Raises :class:`NotWritable`."""
+        The flush is a ``READ_HEAD`` jump in the reader's progress file: the
+        reply to hold until it is durable (None: answer now).
+        """
         self.check_writable()
-        self.queues.flush_all()
+        return self._hold_durable(self.queues.flush(name))
+
+    def flush_all(self) -> PendingReply | None:
+        """Drop every item of every queue.  Raises :class:`NotWritable`.
+
+        The reply to hold until every reader's jump is durable (None: answer now).
+        """
+        self.check_writable()
+        return self._hold_durable(self.queues.flush_all())
+
+    def _hold_durable(self, ticket: Any) -> PendingReply | None:
+        # Nothing to undo if it fails (the items are gone from memory): the front end
+        # answers its error line instead of the acknowledgement.
+        if ticket is None or (ticket.done and ticket.error is None):
+            return None
+        return self._hold(ticket, None)
 
     def flush_expired(self, name: str) -> int:
         """Drop the expired items of ``name``; how many.  Raises :class:`NotWritable`."""
