@@ -34,6 +34,7 @@ from kestreld.protocol.replies import (
     client_error,
     server_error,
 )
+from kestreld.queues.collection import TooManyQueues
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
 from kestreld.queues.reader import OpenRead, Reader
 from kestreld.state import ServerStatus
@@ -192,7 +193,9 @@ def cmd_set(conn: MemcacheConnection, args: list[bytes], data: bytes) -> None:
         if not noreply:
             out.append(NOT_STORED)
         return
-    except JournalWriteError as e:
+    except (JournalWriteError, TooManyQueues) as e:
+        if e.__class__ is TooManyQueues:
+            conn.stats.queue_create_refusals += 1
         if not noreply:
             out.append(server_error(str(e)))
         return
@@ -284,7 +287,15 @@ def _get_one(
     # QUIESCENT refuses the fetch only: the /close or /abort before it still happens,
     # so a reliable reader's last item is not redelivered after a drain.
     refused = fetch and server.status is ServerStatus.QUIESCENT
-    reader = server.queues.reader(opts.name, create=fetch and not refused)
+    try:  # create_queue_on_get off: a fetch never makes a queue (or fanout reader) exist
+        create = fetch and not refused and server.config.create_queue_on_get
+        reader = server.queues.reader(opts.name, create)
+    except TooManyQueues as e:
+        conn.stats.queue_create_refusals += 1
+        if not single:
+            return False  # one key of several: that key has no item
+        conn.out.append(server_error(str(e)))
+        return True
     if reader is None:
         if refused:
             conn.out.append(server_error("server is QUIESCENT"))
@@ -579,8 +590,15 @@ def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
     if server.status is ServerStatus.QUIESCENT:
         conn.out.append(server_error("server is QUIESCENT"))
         return
-    reader = server.queues.reader(name, create=True)
-    assert reader is not None
+    try:
+        reader = server.queues.reader(name, server.config.create_queue_on_get)
+    except TooManyQueues as e:
+        conn.stats.queue_create_refusals += 1
+        conn.out.append(server_error(str(e)))
+        return
+    if reader is None:
+        conn.out.append(END)  # create_queue_on_get off and no such queue: nothing to monitor
+        return
     if conn.eof:
         seconds = 0.0  # half-closed: take what is there, wait for nothing
     conn.flush_out()
