@@ -31,6 +31,7 @@ from kestreld.security import (
     TlsFiles,
     load_auth_file,
 )
+from kestreld.security.tls_stream import TlsStream
 from kestreld.state import ServerStatus, StartupError, load_status, save_status
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
 
@@ -50,6 +51,9 @@ RESTART_KEYS = (
     "tls_verify_client",
     "tls_handshake_timeout",
 )
+#: The answer, in the clear, to a plaintext client on the TLS port (then it is closed).
+TLS_REQUIRED = b"SERVER_ERROR this port requires TLS\r\n"
+
 #: Security files: their contents reload live; switching one on or off needs a restart.
 SECURITY_FILE_KEYS = ("tls_cert_file", "auth_file")
 
@@ -144,16 +148,12 @@ class Server:
                 seconds=round(time.monotonic() - started, 3),
             )
             try:
-                tls = self.tls
                 self._server = await self.loop.create_server(
-                    lambda: MemcacheConnection(self),
+                    self._connection,
                     self.config.listen_address,
                     self.config.port,
                     reuse_address=True,
                     backlog=4096,
-                    # A handshake that stalls is dropped after its timeout; it holds no one up.
-                    ssl=tls.context if tls is not None else None,
-                    ssl_handshake_timeout=tls.handshake_timeout if tls is not None else None,
                 )
             except OSError as e:
                 raise StartupError(
@@ -187,6 +187,13 @@ class Server:
             tls=self.tls is not None,
             auth=self.authenticator is not None,
         )
+
+    def _connection(self) -> asyncio.Protocol:
+        """A new client connection: TLS between its socket and the memcache protocol when
+        the port is TLS's (kestreld/security/tls_stream.py)."""
+        if self.tls is None:
+            return MemcacheConnection(self)
+        return TlsStream(self.tls, MemcacheConnection(self), TLS_REQUIRED)
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
