@@ -112,8 +112,8 @@ class QueueCollection:
     def queue(self, name: str, create: bool) -> JournaledQueue | None:
         """The queue ``name``; created when missing and ``create`` (raises TooManyQueues).
 
-        ``max_queues`` limits the queues clients' names create; queues named in
-        the config (``[queues.NAME]``) are never refused.
+        ``max_queues`` counts every queue; a queue named in the config (``[queues.NAME]``,
+        ``[queues."NAME+R"]``) is never refused.
         """
         queue = self.queues.get(name)
         if queue is None and create:
