@@ -21,6 +21,7 @@ from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
+from kestreld.protocol.auth import lock
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.security import (
@@ -189,11 +190,15 @@ class Server:
         )
 
     def _connection(self) -> asyncio.Protocol:
-        """A new client connection: TLS between its socket and the memcache protocol when
-        the port is TLS's (kestreld/security/tls_stream.py)."""
+        """A new client connection: locked until it authenticates with an auth file, and
+        TLS between its socket and the memcache protocol when the port is TLS's
+        (kestreld/security/tls_stream.py)."""
+        conn = MemcacheConnection(self)
+        if self.authenticator is not None:
+            lock(conn)  # nothing runs until it authenticates (kestreld/protocol/auth.py)
         if self.tls is None:
-            return MemcacheConnection(self)
-        return TlsStream(self.tls, MemcacheConnection(self), TLS_REQUIRED)
+            return conn
+        return TlsStream(self.tls, conn, TLS_REQUIRED)
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:

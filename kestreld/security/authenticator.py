@@ -50,8 +50,6 @@ class Authenticator:
     def __init__(self, auth: AuthFile, limiter: FailureLimiter | None = None) -> None:
         self.auth = auth
         self.limiter = limiter or FailureLimiter()
-        self.successes = 0
-        self.failures = 0
         self._key = os.urandom(32)
         self._remembered: dict[tuple[str, str], bytes] = {}
         self._executor: ThreadPoolExecutor | None = None
@@ -82,13 +80,13 @@ class Authenticator:
         digest = self._remembered.get((name, user.password_hash))
         if digest is None or not hmac.compare_digest(digest, self._digest(password)):
             return None
-        self.succeeded(user, None)
         return user
 
     async def authenticate(self, name: str, password: bytes, peer: str | None) -> User | None:
         """The user when ``password`` is theirs, else None after the failure delay."""
         user = self.remembered(name, password)
         if user is not None:
+            self.succeeded(user, peer)
             return user
         user = self.auth.user(name)
         encoded = user.password_hash if user is not None else self._decoy
@@ -109,13 +107,11 @@ class Authenticator:
         return None
 
     def succeeded(self, user: User, peer: str | None) -> None:
-        self.successes += 1
         if peer is not None:
             self.limiter.succeeded(peer)
 
     async def refused(self, peer: str | None, name: str | None, reason: str) -> None:
-        """Count and log a failed authentication; wait the address's delay."""
-        self.failures += 1
+        """Log a failed authentication and count it for the address; wait its delay."""
         delay = self.limiter.failed(peer or "", time.monotonic())
         log.warning(
             "auth_failed",
