@@ -21,7 +21,8 @@ from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
-from kestreld.protocol.auth import lock
+from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
+from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.security import (
@@ -193,9 +194,10 @@ class Server:
         """A new client connection: locked until it authenticates with an auth file, and
         TLS between its socket and the memcache protocol when the port is TLS's
         (kestreld/security/tls_stream.py)."""
-        conn = MemcacheConnection(self)
-        if self.authenticator is not None:
-            lock(conn)  # nothing runs until it authenticates (kestreld/protocol/auth.py)
+        if self.authenticator is None:
+            conn = MemcacheConnection(self, COMMANDS, UNKNOWN)
+        else:  # nothing runs until it authenticates (kestreld/protocol/auth.py)
+            conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
         if self.tls is None:
             return conn
         return TlsStream(self.tls, conn, TLS_REQUIRED)
@@ -238,12 +240,11 @@ class Server:
         timeout = self.config.client_timeout
         if not timeout:
             return
-        limit = time.monotonic() - timeout / 1000
+        now = time.monotonic()
         for conn in list(self.connections):
-            if conn.waiting is None and conn.last_active <= limit and conn.transport is not None:
+            if conn.idle_for(now) * 1000 >= timeout:
                 log.info("idle_connection_closed", peer=conn.peer)
-                conn.closing = True
-                conn.transport.close()
+                conn.close()
 
     # --- commands -----------------------------------------------------------------------
 
@@ -368,25 +369,23 @@ class Server:
             task.cancel()
         if self.metrics is not None:
             await self.metrics.stop()
-        # Acknowledge what is already journaled before the connections go:
-        # pending STORED replies are written out, not dropped (a dropped one
-        # would make its producer retry an item that is already stored).
+        # Every connection takes no new request, answers a wait in progress and
+        # sends every reply it promised before it closes (one close path): the
+        # journals are synced so pending STORED and confirm replies resolve.  A
+        # dropped STORED would make its producer retry an item already stored.
         for conn in list(self.connections):
-            conn.closing_soon()
+            conn.close()
         journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
         for journal in journals:
             journal.sync_now()
         deadline = time.monotonic() + 2.0
         while any(j.syncing for j in journals) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)  # background fsyncs resolve their batches
-        await asyncio.sleep(0)
+        deadline = time.monotonic() + 2.0
+        while any(not c.finished() for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
-            conn.closing = True
-            conn.release_open_reads()
-            if conn.waiting is not None and not conn.waiting.done():
-                conn.waiting.cancel()
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close_now()
         await asyncio.sleep(0)
         self.queues.close()
         if self.authenticator is not None:

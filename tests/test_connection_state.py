@@ -17,6 +17,7 @@ import pytest
 
 from kestreld.bench.memory_transport import MemoryTransport
 from kestreld.protocol import connection as connection_module
+from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config
 
@@ -27,7 +28,7 @@ async def connected(tmp_path):
     config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
     server = Server(config)
     await server.start()
-    conn = MemcacheConnection(server)
+    conn = MemcacheConnection(server, COMMANDS, UNKNOWN)
     transport = MemoryTransport()
     conn.connection_made(transport)
     yield conn, transport
@@ -46,8 +47,8 @@ async def test_a_producer_that_only_sets_keeps_no_acknowledged_batches(connected
         producer.data_received(b"set %s 0 0 4\r\n%04d\r\n" % (queue, i % 10000))
         await _tick()
     assert bytes(transport.data) == b"STORED\r\n" * 3000
-    assert producer.unacked == [], "acknowledged batches are let go"
-    assert producer.out == [] and producer.pending_batches == 0
+    assert producer.session.unacked == [], "acknowledged batches are let go"
+    assert producer.out == [] and producer.pending == 0
 
 
 async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(connected):
@@ -56,7 +57,7 @@ async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(connected):
     assert bytes(transport.data) == b"", "nothing before the batch is written"
     await _tick()
     assert bytes(transport.data) == b"STORED\r\nSTORED\r\nVALUE p 0 1\r\nx\r\nEND\r\n"
-    assert conn.unacked == [] and not conn.held
+    assert conn.session.unacked == [] and not conn.held
 
 
 async def _until(condition, what: str, seconds: float = 30.0) -> None:

@@ -108,7 +108,8 @@ def test_a_stalled_handshake_times_out_without_holding_up_other_clients(make_ser
     assert not stalled.closed(timeout=0.01)  # served while the other one still stalls
     assert stalled.closed(timeout=30)  # then the server gave up on it
     assert time.monotonic() - started >= 3.5
-    assert proc.events("tls_handshake_failed")[-1]["reason"] == "handshake timed out"
+    failed = wait_until(lambda: proc.events("tls_handshake_failed"), "the log line")
+    assert failed[-1]["reason"] == "handshake timed out"
     assert good.set("beside", "still") == b"STORED"
     good.close()
     stalled.close()

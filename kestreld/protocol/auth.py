@@ -10,7 +10,8 @@ so the stream stays in step).  The auth ``set`` is memcached's: any key, data
 connection stays open after a refusal, so the client can try again.
 
 The password check runs off the event loop (:class:`~kestreld.security.Authenticator`);
-meanwhile the connection waits as a get with a timeout waits (``conn.waiting``):
+meanwhile the connection waits as for a get with a timeout (the session's wait,
+:meth:`~kestreld.session.session.Session.authenticate`):
 its later requests stay buffered and replies stay in order.  Repeated
 failures from one address are delayed before their refusal, on that
 connection only.
@@ -28,8 +29,6 @@ file nothing here runs.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -51,21 +50,6 @@ PERMISSION_DENIED = client_error("permission denied")
 MAX_TOKEN = 4096
 
 
-def lock(conn: MemcacheConnection) -> None:
-    """A new connection of a server with an auth file: nothing runs until it authenticates."""
-    conn.framing.table = LOCKED
-    conn.framing.unknown = LOCKED_UNKNOWN
-
-
-def admit(conn: MemcacheConnection, user: User) -> None:
-    """The connection authenticated as ``user``: from now on its commands are the user's."""
-    conn.framing.table = table_for(user)
-    conn.framing.unknown = commands.UNKNOWN
-
-
-# --- before authentication ------------------------------------------------------------------
-
-
 def _refuse_line(conn: MemcacheConnection, args: list[bytes]) -> None:
     conn.out.append(UNAUTHENTICATED)
 
@@ -81,7 +65,8 @@ def _accept_auth(conn: MemcacheConnection, args: list[bytes], size: int) -> bool
         conn.out.append(UNAUTHENTICATED)  # memcached: a malformed set is just unauthenticated
         return False
     if size > MAX_TOKEN:
-        _check_later(conn, _refused(conn, None, "token too long", AUTH_FAILURE))
+        quiet = len(args) > 5 and args[-1] == b"noreply"
+        conn.session.refuse_authentication("token too long", _address(conn), _answer(quiet, False))
         return False
     return True
 
@@ -89,65 +74,38 @@ def _accept_auth(conn: MemcacheConnection, args: list[bytes], size: int) -> bool
 def _auth(conn: MemcacheConnection, args: list[bytes], data: bytes) -> None:
     """The data of the auth ``set``: ``<user> <password>``.
 
-    Always answered as a wait, even when the password was checked before: the
-    requests behind it are parsed afresh, with the table the answer gives.
+    Always answered after a wait (the session's), even when the password was
+    checked before: the requests behind it are judged afresh, with the
+    command table the answer gives.
     """
     quiet = len(args) > 5 and args[-1] == b"noreply"
     token = parse_token(data)
+    session = conn.session
     if token is None:
-        _check_later(conn, _refused(conn, None, "bad token format", BAD_TOKEN), quiet)
+        session.refuse_authentication("bad token format", _address(conn), _answer(quiet, True))
         return
     name, password = token
-    _check_later(conn, _check(conn, name, password), quiet)
+    session.authenticate(name, password, _address(conn), _answer(quiet, False))
 
 
-async def _check(conn: MemcacheConnection, name: str, password: bytes) -> bytes:
-    user = await conn.server.authenticator.authenticate(name, password, _address(conn))  # type: ignore[attr-defined]
-    if user is None:
-        conn.stats.auth_failures += 1
-        return AUTH_FAILURE
-    _succeeded(conn, user)
-    return STORED
+def _answer(quiet: bool, bad_token: bool) -> Callable[[MemcacheConnection, User | None], None]:
+    """How the end of the check is answered (the connection's ``authentication_ended``).
 
-
-async def _refused(conn: MemcacheConnection, name: str | None, reason: str, reply: bytes) -> bytes:
-    conn.stats.auth_failures += 1
-    await conn.server.authenticator.refused(_address(conn), name, reason)  # type: ignore[attr-defined]
-    return reply
-
-
-def _succeeded(conn: MemcacheConnection, user: User) -> None:
-    conn.stats.auth_successes += 1
-    admit(conn, user)
-
-
-def _check_later(conn: MemcacheConnection, check, quiet: bool = False) -> None:
-    """Run ``check`` (a coroutine giving the reply) as this connection's wait.
-
-    ``quiet`` (``noreply``): no reply, refusal or ``STORED``.  (memcached 1.6
+    ``quiet`` (``noreply``): not at all, refusal or ``STORED``.  (memcached 1.6
     answers ``STORED`` all the same, which puts pymemcache, whose ``set``
     defaults to ``noreply``, one reply out of step.)
     """
-    task = conn.server.loop.create_task(check)
-    conn.waiting = task  # later requests wait for the answer, in order
-    task.add_done_callback(lambda t: _answered(conn, t, quiet))
 
-
-def _answered(conn: MemcacheConnection, task: asyncio.Task, quiet: bool) -> None:
-    if conn.waiting is task:
-        conn.waiting = None
-    if conn.closing:
-        return
-    if quiet:
-        if not task.cancelled():
-            task.exception()  # retrieved: nothing to answer
-    elif not task.cancelled():
-        if task.exception() is None:
-            conn.out.append(task.result())
+    def answer(conn: MemcacheConnection, user: User | None) -> None:
+        if user is not None:
+            conn.framing.use_table(table_for(user), commands.UNKNOWN)
+            reply = STORED
         else:
-            conn.out.append(AUTH_FAILURE)  # never admit on an error
-    conn.last_active = time.monotonic()
-    conn.resume()
+            reply = BAD_TOKEN if bad_token else AUTH_FAILURE
+        if not quiet:
+            conn.out.append(reply)
+
+    return answer
 
 
 def _address(conn: MemcacheConnection) -> str | None:

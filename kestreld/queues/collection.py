@@ -222,6 +222,9 @@ class QueueCollection:
                 if stale:
                     log.info("open_reads_timed_out", queue=reader.full_name, count=len(stale))
                     reader.abort(stale)
+                    for read in stale:  # each leaves the session that held it
+                        if read.owner is not None:
+                            read.owner.open_read_timed_out(read)
             max_queue_age = queue.config.max_queue_age
             if (
                 max_queue_age

@@ -18,6 +18,7 @@ cdef class OpenRead:
     cdef public object reader
     cdef public double opened_at
     cdef public bint finished
+    cdef public object owner
 
 
 cdef class Reader:
@@ -71,7 +72,7 @@ cdef class Reader:
     cpdef _removed(self, QueueItem item, object now)
 
     @cython.locals(read=OpenRead)
-    cpdef OpenRead open(self, QueueItem item)
+    cpdef OpenRead open(self, QueueItem item, object owner=*)
     cpdef confirm(self, OpenRead read)
     cpdef consume(self, QueueItem item)
     @cython.locals(journal=WriterJournal, progress=ProgressLog)
