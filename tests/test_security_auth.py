@@ -414,3 +414,16 @@ def test_the_async_client_authenticates_too(secured):
             await client.close()
 
     assert asyncio.run(main()) == b"async"
+
+
+def test_ping_counts_an_unauthenticated_answer_as_up(secured):
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "kestreld", "ping", "--port", str(secured.port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "authentication required" in result.stdout

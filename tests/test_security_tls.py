@@ -235,3 +235,17 @@ def test_tls_keys_must_come_together():
         build_config({"tls_cert_file": "a.crt"})
     with pytest.raises(ConfigError, match="tls_verify_client: needs tls_ca_file"):
         build_config({"tls_cert_file": "a", "tls_key_file": "b", "tls_verify_client": True})
+
+
+def test_ping_counts_the_tls_ports_answer_as_up(make_server, ca):
+    import sys
+
+    proc = make_server(tls_config(ca))
+    result = subprocess.run(
+        [sys.executable, "-m", "kestreld", "ping", "--port", str(proc.port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "requires TLS" in result.stdout
