@@ -308,7 +308,9 @@ def test_client_timeout_does_not_close_a_waiting_get(make_server):
 
 # --- timed-out open reads leave their session (issue 29, item 7) ---------------------------
 
-TIMEOUT_CONFIG = 'expiration_timer_frequency = "100ms"\n[queues.t]\nopen_transaction_timeout = "300ms"\n'
+TIMEOUT_CONFIG = (
+    'expiration_timer_frequency = "100ms"\n[queues.t]\nopen_transaction_timeout = "300ms"\n'
+)
 
 
 def test_a_timed_out_open_read_is_not_delivered_again_after_a_close(make_server):
@@ -367,9 +369,7 @@ def test_quiescent_refuses_the_fetch_but_the_reply_still_precedes_the_close(srv)
     c = Conn(srv.connect())
     c.set("q", b"Q1")
     out = _exchange(srv, b"get q/open\r\nstatus QUIESCENT\r\nget q/close/open\r\nquit\r\n")
-    assert out == (
-        b"VALUE q/open 0 2\r\nQ1\r\nEND\r\nEND\r\nSERVER_ERROR server is QUIESCENT\r\n"
-    )
+    assert out == (b"VALUE q/open 0 2\r\nQ1\r\nEND\r\nEND\r\nSERVER_ERROR server is QUIESCENT\r\n")
     c.send(b"status UP\r\n")
     assert c.line() == b"END"
     assert c.get("q") is None, "the /close happened: Q1 is confirmed"
@@ -420,8 +420,10 @@ def test_concurrent_getters_that_quit_lose_nothing(srv):
     for t in threads:
         t.join(30)
     values = sorted(
-        line for out in got for line in out.split(b"\r\n") if line and not line.startswith(b"VALUE")
-        and line != b"END"
+        line
+        for out in got
+        for line in out.split(b"\r\n")
+        if line and not line.startswith(b"VALUE") and line != b"END"
     )
     assert values == [b"%03d" % i for i in range(20)]
     assert _items(c, "cc") == 20

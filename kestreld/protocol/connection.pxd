@@ -47,9 +47,9 @@ cdef class Connection(Sink):
     cpdef hold(self, PendingReply reply)
     @cython.locals(reply=PendingReply, behind=PendingReply, parts=list, outcome=int, data=bytes)
     cpdef answer_fetch(self, Fetch f, bint single)
-    cpdef replies_ready(self)
+    cpdef replies_ready(self, object ticket=*)
 
-    @cython.locals(out=list, ready=list, i=Py_ssize_t, data=bytes, part=object)
+    @cython.locals(out=list, ready=list, i=Py_ssize_t, data=bytes, part=object, first=object, reply=PendingReply)
     cpdef flush_out(self)
     cpdef close(self)
     cpdef _drain(self)

@@ -379,10 +379,15 @@ class Connection(Sink):
 
     # --- what the session calls (its listener) ----------------------------------------------
 
-    def replies_ready(self) -> None:
-        """A pending reply's ticket (or a put this connection waits for) resolved."""
+    def replies_ready(self, ticket: Any = None) -> None:
+        """A ticket of the session resolved (a put's, a confirm's): send what is ready."""
+        if self.closed:
+            return
         self.flush_out()
-        self._continue()
+        if self.closing:
+            self._drain()
+        elif self.held or self.eof or self.read_paused or self.framing.holds_input():
+            self.resume()  # requests waited for it (or for output room)
 
     def wait_ended(self, f: Fetch) -> None:
         """The session's wait ended: its reply, then the requests buffered behind it."""
@@ -415,34 +420,38 @@ class Connection(Sink):
             data = b"".join(out)
             out.clear()
             self.out_size = 0
-        elif out[0].__class__ is bytes or out[0].done():
+        else:
+            first = out[0]
+            if first.__class__ is not bytes:
+                reply = first
+                if not reply.done():
+                    return  # the first reply waits for its ticket: nothing can go yet
             ready: list[bytes] = []
             i = 0
             for i, part in enumerate(out):  # noqa: B007
                 if part.__class__ is bytes:
                     ready.append(part)
-                elif part.done():
-                    self.pending -= 1
-                    error = part.settle()
-                    if error is not None:
-                        ready.append(server_error(error))
-                        self.session.reply_failed(part)
-                    elif part.kind == PUT:
-                        observe = self.server.latency_observer
-                        if observe is not None:
-                            observe("set", time.perf_counter() - part.started())
-                        ready.append(STORED)
-                    else:
-                        ready.extend(part.parts)
-                else:
+                    continue
+                reply = part
+                if not reply.done():
                     break
+                self.pending -= 1
+                error = reply.settle()
+                if error is not None:
+                    ready.append(server_error(error))
+                    self.session.reply_failed(reply)
+                elif reply.kind == PUT:
+                    observe = self.server.latency_observer
+                    if observe is not None:
+                        observe("set", time.perf_counter() - reply.started())
+                    ready.append(STORED)
+                else:
+                    ready.extend(reply.parts)
             else:
                 i = len(out)
             del out[:i]
             self.out_size = self._held_size() if out else 0
             data = b"".join(ready)
-        else:
-            return  # the first reply waits for its ticket: nothing can go yet
         if data:
             self.stats.bytes_written += len(data)
             self.transport.write(data)  # type: ignore[union-attr]

@@ -1,7 +1,14 @@
 # Cython declarations for reply.py (compiled when a compiler is present; see kestreld/compiled.py).
+# The ticket is typed as the journal's Batch (its done/error are C fields); front ends
+# still only call the verbs.
+
+cimport cython
+
+from kestreld.journal.batch cimport Batch
+
 
 cdef class PendingReply:
-    cdef public object ticket
+    cdef public Batch ticket
     cdef public int kind
     cdef public list parts
     cdef public object reader
@@ -11,7 +18,15 @@ cdef class PendingReply:
     cdef public bint rendered
     cdef public bint failed
 
+    cpdef undo_reopens(self, object read)
+    cpdef undo_gives_back(self, object read)
+    cpdef undo_returns(self, object item)
     cpdef bint done(self) except -1
     cpdef object settle(self)
     cpdef double started(self) except? -1
+    @cython.locals(parts=list)
     cpdef Py_ssize_t size(self) except -1
+
+
+@cython.locals(reply=PendingReply)
+cpdef PendingReply pending_put(Batch ticket)

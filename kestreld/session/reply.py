@@ -42,14 +42,28 @@ class PendingReply:
     def __init__(self, ticket: Any, kind: int, reader: Reader | None = None) -> None:
         self.ticket = ticket  # the queues' batch; opaque to front ends
         self.kind = kind
-        self.parts: list[bytes] = []  # the reply on success, filled by the front end
+        #: The reply on success, filled by the front end (a put's is the front end's own
+        #: word for stored: None).
+        self.parts: list[bytes] | None = [] if kind == CONFIRM else None
         self.reader = reader
         # What to undo if the ticket fails (plain data, not closures: this is per request).
-        self.reopen: list[OpenRead] = []  # the reads it confirmed: open again
+        self.reopen: list[OpenRead] | None = [] if kind == CONFIRM else None  # open again
         self.give_back: OpenRead | None = None  # a read the same request opened
         self.taken: QueueItem | None = None  # a plain get's item: back to the head
         self.rendered = False
         self.failed = False
+
+    def undo_reopens(self, read: OpenRead) -> None:
+        """If the ticket fails, ``read`` (confirmed by this reply) is open again."""
+        self.reopen.append(read)  # type: ignore[union-attr]
+
+    def undo_gives_back(self, read: OpenRead) -> None:
+        """If the ticket fails, ``read`` (opened by the same request) goes back to its queue."""
+        self.give_back = read
+
+    def undo_returns(self, item: QueueItem) -> None:
+        """If the ticket fails, ``item`` (a plain get's) goes back to the head of its queue."""
+        self.taken = item
 
     def done(self) -> bool:
         """True once the ticket resolved: the reply may be sent."""
@@ -69,4 +83,20 @@ class PendingReply:
 
     def size(self) -> int:
         """Bytes of :attr:`parts` (for back-pressure)."""
-        return sum([len(p) for p in self.parts])
+        parts = self.parts
+        return sum([len(p) for p in parts]) if parts else 0
+
+
+def pending_put(ticket: Any) -> PendingReply:
+    """The reply of a put, acknowledged once ``ticket`` resolves (the hot path: no lists)."""
+    reply = PendingReply.__new__(PendingReply)
+    reply.ticket = ticket
+    reply.kind = PUT
+    reply.parts = None
+    reply.reader = None
+    reply.reopen = None
+    reply.give_back = None
+    reply.taken = None
+    reply.rendered = False
+    reply.failed = False
+    return reply

@@ -12,6 +12,7 @@ cdef class Session:
     cdef public object queues
     cdef public object stats
     cdef public object listener
+    cdef public object ready
     cdef public dict open_reads
     cdef public object waiting
     cdef public object wait_fetch
@@ -22,8 +23,10 @@ cdef class Session:
     cdef public object principal
     cdef public bint authenticating
 
+    cpdef admit_put(self, str name, Py_ssize_t size)
     @cython.locals(unacked=list)
     cpdef object put(self, str name, bytes data, object expire, bint want_reply)
+    @cython.locals(unacked=list)
     cpdef bint puts_pending(self) except -1
 
     @cython.locals(fetch=bint, refused=bint, create=bint)

@@ -21,7 +21,9 @@ ends finds it in one place:
   :meth:`Session.reply_failed`.
 
 The listener is the front end's connection.  It implements
-``replies_ready()``, ``wait_ended(fetch)`` and ``monitor_item(fetch)``
+``replies_ready(ticket)`` (a ticket of this session resolved: send what is
+ready; called even after the session closed), ``wait_ended(fetch)`` and
+``monitor_item(fetch)``
 (plain method calls, no protocol class imported here).  :meth:`Session.close`
 is the one way a session ends; the front end calls it once it has sent every
 promised reply (a close it initiates) or at once (the client went away);
@@ -59,7 +61,7 @@ from kestreld.session.errors import (
     QueueRefused,
 )
 from kestreld.session.fetch import BUSY, GONE, ITEM, LIMITED, MISS, REFUSED, WAIT, Fetch
-from kestreld.session.reply import CONFIRM, PendingReply
+from kestreld.session.reply import CONFIRM, PendingReply, pending_put
 from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
@@ -68,6 +70,10 @@ if TYPE_CHECKING:
     from kestreld.state import ServerState
 
 log = structlog.get_logger("kestreld.session")
+
+# Read per request: module constants, not an attribute lookup on the enum class each time.
+_UP = ServerStatus.UP
+_QUIESCENT = ServerStatus.QUIESCENT
 
 __all__ = ["Session"]
 
@@ -80,6 +86,7 @@ class Session:
         "queues",
         "stats",
         "listener",
+        "ready",
         "open_reads",
         "waiting",
         "wait_fetch",
@@ -95,8 +102,10 @@ class Session:
         self.server = server
         self.queues = server.queues
         self.stats = server.stats
-        #: The front end: ``replies_ready()``, ``wait_ended(fetch)``, ``monitor_item(fetch)``.
+        #: The front end: ``replies_ready(ticket)``, ``wait_ended(fetch)``, ``monitor_item(fetch)``.
         self.listener = listener
+        #: ``listener.replies_ready(ticket)``, bound once: the callback of every ticket.
+        self.ready = listener.replies_ready
         #: Reads this session opened, oldest first per reader.
         self.open_reads: dict[Reader, deque[OpenRead]] = {}
         #: The wait in progress (a get's future, a monitor's task), or None.
@@ -166,12 +175,12 @@ class Session:
     def check_writable(self) -> None:
         """Raise :class:`NotWritable` unless the server takes writes (UP)."""
         status = self.server.status
-        if status is not ServerStatus.UP:
+        if status is not _UP:
             raise NotWritable(f"server is {status.value}")
 
     def check_readable(self) -> None:
         """Raise :class:`NotWritable` if the server refuses reads (QUIESCENT)."""
-        if self.server.status is ServerStatus.QUIESCENT:
+        if self.server.status is _QUIESCENT:
             raise NotWritable("server is QUIESCENT")
 
     def max_open_reads(self) -> int:
@@ -189,7 +198,7 @@ class Session:
         (larger than the queue's ``max_item_size``) if it cannot be stored."""
         server = self.server
         status = server.status
-        if status is not ServerStatus.UP:
+        if status is not _UP:
             raise NotWritable(f"server is {status.value}")
         # The queue's own config (the same object, kept current by reloads) saves a lookup.
         queue = self.queues.queues.get(name)
@@ -226,26 +235,25 @@ class Session:
             return None
         unacked = self.unacked
         if not unacked or unacked[-1] is not batch:
+            if unacked and unacked[0].done:
+                unacked = self.unacked = [b for b in unacked if not b.done]
             unacked.append(batch)
-            batch.add_done_callback(self._put_done)
+            batch.add_done_callback(self.ready)
         if not want_reply:
             return None
-        return PendingReply(batch, 0)
+        return pending_put(batch)
 
     def puts_pending(self) -> bool:
-        """True while one of this session's puts is not acknowledged yet."""
-        if self.unacked:
-            self.unacked = [b for b in self.unacked if not b.done]
-        return bool(self.unacked)
-
-    def _put_done(self, batch: Any) -> None:
+        """True while one of this session's puts is not acknowledged yet (acknowledged
+        tickets are let go here and at the next put)."""
         unacked = self.unacked
-        if len(unacked) == 1 and unacked[0] is batch:
-            unacked.clear()  # the usual case: this session's only pending batch
-        else:
-            self.unacked = [b for b in unacked if not b.done]  # several queues: any order
-        if not self.closed:
-            self.listener.replies_ready()
+        if unacked:
+            if len(unacked) == 1:
+                if unacked[0].done:
+                    unacked.clear()  # the usual case: this session's only batch
+            else:
+                self.unacked = unacked = [b for b in unacked if not b.done]
+        return bool(unacked)
 
     # --- fetch -----------------------------------------------------------------------------
 
@@ -265,7 +273,7 @@ class Session:
         f.reply = None
         f.item = None
         fetch = f.open or not (f.close or f.abort)
-        refused = fetch and server.status is ServerStatus.QUIESCENT
+        refused = fetch and server.status is _QUIESCENT
         try:  # create_queue_on_get off: a fetch never makes a queue (or reader) exist
             create = fetch and not refused and server.config.create_queue_on_get
             reader = self.queues.reader(f.name, create)
@@ -343,13 +351,13 @@ class Session:
             reads.append(read)
             behind = f.behind if f.behind is not None else f.reply
             if behind is not None:
-                behind.give_back = read  # a failed /close gives the new read back
+                behind.undo_gives_back(read)  # a failed /close gives the new read back
             return
         ticket = reader.consume(item)
         if ticket is None or (ticket.done and ticket.error is None):
             return
         reply = self._hold(ticket, reader)
-        reply.taken = item
+        reply.undo_returns(item)
         f.reply = reply
 
     def _wait_done(self, fut: asyncio.Future) -> None:
@@ -493,19 +501,15 @@ class Session:
                 continue
             if reply is None or reply.ticket is not ticket:
                 reply = self._hold(ticket, reader)
-            reply.reopen.append(read)
+            reply.undo_reopens(read)
         return reply
 
     def _hold(self, ticket: Any, reader: Reader) -> PendingReply:
         reply = PendingReply(ticket, CONFIRM, reader)
         if not ticket.done and self.confirm_ticket is not ticket:
             self.confirm_ticket = ticket  # one callback per batch, however many replies
-            ticket.add_done_callback(self._confirm_done)
+            ticket.add_done_callback(self.ready)
         return reply
-
-    def _confirm_done(self, batch: Any) -> None:
-        if not self.closed:
-            self.listener.replies_ready()
 
     def reply_failed(self, reply: PendingReply) -> None:
         """A confirm could not be made durable: everything its request did is put back.
