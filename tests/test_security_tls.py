@@ -249,3 +249,34 @@ def test_ping_counts_the_tls_ports_answer_as_up(make_server, ca):
     )
     assert result.returncode == 0, result.stderr
     assert "requires TLS" in result.stdout
+
+
+def test_reload_rotates_the_client_ca_of_mutual_tls(make_server, ca, tmp_path):
+    other = CertificateAuthority(tmp_path / "other", "other-ca")
+    bob = other.issue("bob", "bob", client=True)
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copy(ca.cert, live / "clients.crt")
+    proc = make_server(
+        tls_config(ca, tls_ca_file=f'"{live / "clients.crt"}"', tls_verify_client="true")
+    )
+
+    def answers(cert) -> bool:
+        try:
+            c = tls_conn(proc, ca.client_context(cert))
+            c.send(b"version\r\n")
+            c.line()
+            c.close()
+            return True
+        except (ssl.SSLError, ConnectionError, OSError):
+            return False
+
+    alice = ca.folder / "client.crt"
+    assert answers(alice) and not answers(bob)
+    admin = tls_conn(proc, ca.client_context(alice))
+    shutil.copy(other.cert, live / "clients.crt")
+    admin.send(b"reload\r\n")
+    assert admin.line() == b"Reloaded config."
+    assert answers(bob) and not answers(alice)
+    assert admin.set("still", "open") == b"STORED"  # the connection made before goes on
+    admin.close()
