@@ -111,3 +111,9 @@ async def test_without_an_auth_file_everything_is_permitted(tmp_path):
         assert session.permit(Role.ADMIN, None) and session.permit(Role.WRITE, "any")
     finally:
         await plain.stop()
+
+
+async def test_a_client_proven_another_way_is_admitted_at_once(server):
+    session = Session(server, Listener())
+    session.admit(server.authenticator.auth.user("feeder"))  # e.g. its TLS certificate's name
+    assert session.permit(Role.WRITE, "orders") and not session.permit(Role.READ, "orders")

@@ -135,6 +135,12 @@ class Session:
         check = self.server.authenticator.authenticate(name, password, peer)
         self._authenticate(check, tag)
 
+    def admit(self, user: Any) -> None:
+        """The client proved it is ``user`` another way (a verified TLS client
+        certificate naming a user of the auth file): it is :attr:`principal` at once."""
+        self.stats.auth_successes += 1
+        self.principal = user
+
     def refuse_authentication(self, reason: str, peer: str | None, tag: Any) -> None:
         """A malformed attempt (``reason``): counted and delayed as a wrong password is,
         then ``authentication_ended(None, tag)``."""
