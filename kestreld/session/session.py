@@ -500,6 +500,8 @@ class Session:
         return len(reads) if reads else 0
 
     def _confirm(self, reader: Reader, reads: list[OpenRead]) -> PendingReply | None:
+        # A reader's confirms of one event-loop tick share one progress batch (it is
+        # written on a later tick), so the reads of one request get one ticket.
         reply = None
         for read in reads:
             ticket = reader.confirm(read)
