@@ -49,6 +49,14 @@ FORBIDDEN = {
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
     "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
+    # Who may connect and do what: beside the queues, below every front end.
+    "kestreld.security": [
+        "kestreld.protocol",
+        "kestreld.server",
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.stats",
+    ],
 }
 
 
@@ -121,6 +129,9 @@ DIRECT_FORBIDDEN = [
     ("kestreld.queues", "kestreld.server"),
     ("kestreld.journal", "kestreld.queues"),
     ("kestreld.journal", "kestreld.protocol"),
+    ("kestreld.security", "kestreld.protocol"),
+    ("kestreld.security", "kestreld.server"),
+    ("kestreld.security", "kestreld.queues"),
 ]
 
 

@@ -34,7 +34,14 @@ from kestreld.protocol.replies import (
     client_error,
     server_error,
 )
-from kestreld.session.errors import NoOpenRead, NotStored, NotWritable, PutFailed
+from kestreld.session.errors import (
+    NoOpenRead,
+    NoSuchQueue,
+    NotStored,
+    NotWritable,
+    PutFailed,
+    QueueRefused,
+)
 from kestreld.session.fetch import Fetch
 from kestreld.state import ServerStatus
 
@@ -335,8 +342,11 @@ def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
     f.open = True
     try:
         conn.session.monitor(f, seconds, limit)
-    except NotWritable as e:
+    except (NotWritable, QueueRefused) as e:
         conn.out.append(server_error(str(e)))
+        return
+    except NoSuchQueue:
+        conn.out.append(END)  # create_queue_on_get off: nothing to monitor
         return
     conn.flush_out()
 
