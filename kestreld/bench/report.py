@@ -197,7 +197,7 @@ def darner_table(rows: list[Row], markdown: bool = False) -> str:
         three = (k, d, m)
         cells.append(
             [
-                d.description + (f" (memcached: {m.note})" if m and m.note else ""),
+                d.description + (f" ({m.note})" if m and m.note else ""),
                 _cpu(k) if k else dash,
                 _cpu(d),
                 _cpu(m) if m else dash,
