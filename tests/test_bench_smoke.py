@@ -201,6 +201,7 @@ def test_the_three_way_table_and_the_darner_targets():
     table = darner_table(rows, markdown=True).splitlines()
     assert len(table) == 3
     assert table[2].startswith("| set-1k-c100-d1 | 6.00 | 8.00 | 5.00 | 0.75x | 1.20x |")
+    assert "| 10.0 / 10.0 / 10.0 |" in table[2]  # RSS of the three
     (target,) = [t for t in evaluate(rows) if "Darner" in t.limit]
     assert target.value == 0.75 and target.met
 

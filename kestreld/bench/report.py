@@ -171,6 +171,7 @@ DARNER_COLUMNS = (
     "CPU/op k/m",
     "ops/s k / Darner / m",
     "p99 ms k / Darner / m",
+    "RSS MiB k / Darner / m",
     "check k / Darner",
 )
 
@@ -205,6 +206,7 @@ def darner_table(rows: list[Row], markdown: bool = False) -> str:
                 _ratio(k.server_us, m.server_us) if k and m else dash,
                 " / ".join(_n(r.rate) if r else dash for r in three),
                 " / ".join(_n(r.p99_ms) if r else dash for r in three),
+                " / ".join(f"{r.rss_mib:.1f}" if r else dash for r in three),
                 f"{k.check if k else dash} / {d.check}"
                 + (f"; Darner {d.errors} errors: {d.error_samples[:2]}" if d.errors else ""),
             ]
