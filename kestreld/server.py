@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import fcntl
-import gc
 import os
 import signal
 import sys
@@ -323,21 +322,6 @@ def build_server_config(config_path: str | None, overrides: dict[str, Any]) -> S
     return dataclasses.replace(config, **overrides) if overrides else config
 
 
-#: Allocations of tracked objects between two young-generation collections (Python's default is
-#: 700).  Every request allocates a few (the item, a held reply, a batch callback); the cycles they
-#: might form are rare, so collecting less often costs memory only briefly.  Measured with
-#: callgrind (BENCHMARKS.md, "Against Darner"): 0.4 to 1.8% fewer instructions per request.
-GC_YOUNG_THRESHOLD = 50_000
-
-
-def settle_garbage_collector() -> None:
-    """After start-up: the objects alive now (modules, config, loaded queues) leave the
-    collector's view (``gc.freeze``), and young collections run less often."""
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
-
-
 async def _main(config: ServerConfig, config_path: str | None, overrides: dict[str, Any]) -> int:
     server = Server(config, config_path, overrides)
     # Handlers first: a SIGTERM right after "listening" (or during start-up) must
@@ -351,7 +335,6 @@ async def _main(config: ServerConfig, config_path: str | None, overrides: dict[s
     except StartupError as e:
         log.error("startup_failed", error=str(e))
         return 1
-    settle_garbage_collector()
     await server.wait_stopped()
     return 0
 
