@@ -157,8 +157,11 @@ class JournaledQueue:
 
     # --- puts ---------------------------------------------------------------------------
 
-    def put(self, data: bytes, expire_time: int, now: int) -> Batch | None:
+    def put(self, data: bytes, expire_time: int, now: int, error_count: int = 0) -> Batch | None:
         """Add an item for every reader; the batch (if any) says when it is durable.
+
+        ``error_count``: the item's aborts so far (an item punted or expired here
+        from another queue keeps its count).
 
         Raises QueueFull (NOT_STORED) or JournalWriteError (SERVER_ERROR).
         """
@@ -189,7 +192,7 @@ class JournaledQueue:
                 skipping = (skipping or frozenset()) | {reader}
         journal = self.journal
         if journal is None:
-            item = QueueItem(self._next_id, now, expire_time, 0, data)
+            item = QueueItem(self._next_id, now, expire_time, error_count, data)
             self._next_id += 1
             for reader in readers.values():
                 if skipping is not None and reader in skipping:
@@ -197,7 +200,7 @@ class JournaledQueue:
                 else:
                     reader.offer(item, None, 0, now)
             return None
-        id_, seg, offset, batch = journal.put(now, data, expire_time)
+        id_, seg, offset, batch = journal.put(now, data, expire_time, error_count)
         # Readers get the item once its batch is acknowledged (written, or fsynced
         # with sync_journal = 0): no consumer ever sees an item that was refused.
         pending = self._pending
@@ -205,7 +208,7 @@ class JournaledQueue:
             self._pending_batch = batch
             self._pending = pending = []
             batch.add_done_callback(functools.partial(self._acknowledged, pending))
-        pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping))
+        pending.append((QueueItem(id_, now, expire_time, error_count, data), seg, offset, skipping))
         # Not p_items + 1: a failed write inside journal.put() may have resolved a batch.
         self.pending_items += 1
         self.pending_bytes += len(data)

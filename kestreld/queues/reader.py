@@ -104,6 +104,7 @@ class Reader:
         "progress",
         "_journal",
         "on_expired",
+        "on_aborted",
         "total_items",
         "expired_items",
         "discarded",
@@ -111,6 +112,7 @@ class Reader:
         "canceled_transactions",
         "total_flushes",
         "age",
+        "punted_items",
     )
 
     def __init__(self, queue: JournaledQueue, name: str, config: QueueConfig) -> None:
@@ -139,6 +141,9 @@ class Reader:
                 self._progress_acked,
             )
         self.on_expired: Callable[[Reader, QueueItem], None] | None = None
+        # Given the aborted items (error counts raised), returns those that go back to
+        # the head; the others are on their way to an error queue (see punted()).
+        self.on_aborted: Callable[[Reader, list[QueueItem]], list[QueueItem]] | None = None
         # stats
         self.total_items = 0
         self.expired_items = 0
@@ -147,6 +152,7 @@ class Reader:
         self.canceled_transactions = 0
         self.total_flushes = 0
         self.age = 0
+        self.punted_items = 0
 
     @property
     def config(self) -> QueueConfig:
@@ -373,7 +379,16 @@ class Reader:
                 continue
             self.canceled_transactions += 1
             items.append(read.item.aborted())
+        if items and self.on_aborted is not None:
+            items = self.on_aborted(self, items)
         self.return_items(items)
+
+    def punted(self, item: QueueItem) -> Batch | None:
+        """An aborted item is durably in its error queue: it leaves this reader (durably)."""
+        if self.deleted:
+            return None
+        self.punted_items += 1
+        return self._durably_commit(item.id)
 
     def return_items(self, items: list[QueueItem]) -> None:
         """Put items back at the head (waiters first), in order; no transaction counted."""
@@ -654,4 +669,5 @@ class Reader:
             "total_flushes": self.total_flushes,
             "journal_rewrites": 0,
             "journal_rotations": journal.rotations if journal else 0,
+            "punted_items": self.punted_items,
         }
