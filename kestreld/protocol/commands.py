@@ -580,7 +580,9 @@ def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
         conn.out.append(server_error("server is QUIESCENT"))
         return
     reader = server.queues.reader(name, create=True)
-    assert reader is not None
+    if reader is None:  # an alias: an empty queue, nothing to monitor
+        conn.out.append(END)
+        return
     if conn.eof:
         seconds = 0.0  # half-closed: take what is there, wait for nothing
     conn.flush_out()
