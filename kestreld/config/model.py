@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from kestreld.config.kestrel import hint as kestrel_hint
 from kestreld.names import split_queue_name
 
 KiB = 1024
@@ -233,7 +234,7 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
     for key, raw in table.items():
         kind = QUEUE_KEYS.get(key)
         if kind is None:
-            raise ConfigError(f"{where}{key}: unknown queue setting")
+            raise ConfigError(f"{where}{key}: unknown queue setting{_kestrel_hint(key)}")
         if raw is None:
             out[key] = None
             continue
@@ -248,6 +249,12 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
             continue
         out[key] = _PARSERS[kind](where + key, raw)
     return out
+
+
+def _kestrel_hint(key: str) -> str:
+    """`` (Kestrel's maxItems is max_items in kestreld)`` for a Kestrel key name, else ""."""
+    said = kestrel_hint(key)
+    return f" ({said})" if said else ""
 
 
 def _check_punt_targets(where: str, name: str, values: dict[str, Any]) -> None:
@@ -299,7 +306,7 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         elif key in QUEUE_KEYS:
             defaults.update(_queue_values("", {key: raw}))
         else:
-            raise ConfigError(f"{key}: unknown setting")
+            raise ConfigError(f"{key}: unknown setting{_kestrel_hint(key)}")
     if "log_level" in server and server["log_level"].lower() not in _LOG_LEVELS:
         raise ConfigError(f"log_level: expected one of {', '.join(_LOG_LEVELS)}")
     if "log_format" in server and server["log_format"] not in ("console", "json"):
