@@ -54,6 +54,17 @@ def test_set_to_an_alias_is_not_stored_when_one_destination_refuses(srv):
     assert c.get("full") is None
 
 
+def test_each_destination_applies_its_own_max_item_size(make_server):
+    srv = make_server(
+        '[queues.small]\nmax_item_size = 4\n[aliases.both]\ndestination_queues = ["big", "small"]\n'
+    )
+    c = Conn(srv.connect())
+    assert c.set("both", "12345") == b"NOT_STORED"
+    assert c.get("big") == b"12345"
+    assert c.get("small") is None
+    assert c.set("both", "1234") == b"STORED"
+
+
 def test_noreply_set_to_an_alias_answers_nothing(srv):
     c = Conn(srv.connect())
     c.send("set fan 0 0 2 noreply\r\nhi\r\n")

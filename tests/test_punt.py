@@ -253,4 +253,3 @@ def test_dump_config_shows_the_punt_keys(make_server):
     assert b"  punt_error_to_queue=e" in lines
     assert b"  punt_many_errors_to_queue=p" in lines
     assert b"  punt_many_errors_count=7" in lines
-

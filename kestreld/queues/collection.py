@@ -10,10 +10,10 @@ from concurrent.futures import Executor, Future
 import structlog
 
 from kestreld.config import ServerConfig
+from kestreld.journal.batch import Batch
 from kestreld.journal.files import scan_folder
 from kestreld.journal.retire import retire_segments
 from kestreld.journal.writer import JournalWriteError
-from kestreld.journal.batch import Batch
 from kestreld.names import split_queue_name
 from kestreld.queues.alias import AliasedQueue
 from kestreld.queues.item import QueueItem
@@ -181,6 +181,8 @@ class QueueCollection:
         queue = self.queue(name, create=True)
         if queue is None:  # an alias's destination masked by an alias: refused at config load
             raise QueueFull(name)
+        if len(data) > queue.config.max_item_size:  # a set checks it before reading the data
+            raise QueueFull(f"{name}: item larger than max_item_size")
         return queue.put(data, expire_time, now, error_count)
 
     def alias(self, name: str) -> AliasedQueue | None:

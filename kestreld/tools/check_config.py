@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
-from kestreld.config.model import MiB, SERVER_KEYS, alias_dump_lines, render_value
+from kestreld.config.model import SERVER_KEYS, MiB, alias_dump_lines, render_value
 
 
 def effective_config(path: str, overrides: dict[str, Any]) -> ServerConfig:

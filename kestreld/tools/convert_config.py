@@ -441,11 +441,11 @@ class Translator:
 
     def readers(self, a: Assignment, queue: str) -> None:
         if not isinstance(a.value, dict):
-            self.problem(a, "expected readers = Map(\"name\" -> new QueueReaderBuilder { ... })")
+            self.problem(a, 'expected readers = Map("name" -> new QueueReaderBuilder { ... })')
             return
         for rname, builder in a.value.items():
             if not isinstance(rname, str) or not isinstance(builder, New):
-                self.problem(a, "expected \"name\" -> new QueueReaderBuilder { ... }")
+                self.problem(a, 'expected "name" -> new QueueReaderBuilder { ... }')
                 continue
             table = self.out.queues.setdefault(f"{queue}+{rname}", {})
             for inner in builder.body:
@@ -456,10 +456,10 @@ class Translator:
         name = values.get("name")
         dests = values.get("destinationQueues")
         if builder.cls != "AliasBuilder" or name is None or not isinstance(name.value, str):
-            self.problem(a, f"expected new AliasBuilder {{ name = ...; destinationQueues = ... }}")
+            self.problem(a, "expected new AliasBuilder { name = ...; destinationQueues = ... }")
             return
         if dests is None or not isinstance(dests.value, list):
-            self.problem(dests or a, "expected destinationQueues = List(\"queue\", ...)")
+            self.problem(dests or a, 'expected destinationQueues = List("queue", ...)')
             return
         for key, inner in values.items():
             if key not in ("name", "destinationQueues"):
@@ -511,7 +511,7 @@ class Translator:
             if isinstance(value, str):
                 self.out.server[target] = value
                 return
-            self.problem(a, "expected Some(new File(\"/path\"))")
+            self.problem(a, 'expected Some(new File("/path"))')
             return
         if isinstance(value, Duration) and value.ms is not None:
             self.out.server[target] = _toml_value(value)
