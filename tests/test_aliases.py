@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -132,6 +135,20 @@ def test_metrics_carry_the_alias_counters_with_an_alias_label(make_server):
     assert re.search(r'^kestreld_alias_put_items_total\{alias="fan"\} 1\.0$', text, re.M)
     assert re.search(r'^kestreld_alias_put_bytes_total\{alias="fan"\} 4\.0$', text, re.M)
     assert re.search(r'^kestreld_alias_children\{alias="fan"\} 2\.0$', text, re.M)
+
+
+def test_kestreld_queues_lists_the_destinations_not_the_alias(srv):
+    c = Conn(srv.connect())
+    assert c.set("fan", "x") == b"STORED"
+    result = subprocess.run(
+        [sys.executable, "-m", "kestreld", "queues", "--port", str(srv.port), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    names = [json.loads(line)["name"] for line in result.stdout.splitlines()]
+    assert names == ["a", "b"]
 
 
 def test_dump_config_shows_the_aliases(srv):
