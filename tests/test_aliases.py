@@ -201,6 +201,9 @@ def test_an_alias_named_like_a_configured_queue_masks_it_with_a_warning(make_ser
     assert c.set("jobs", "x") == b"STORED"
     assert c.get("jobs") is None
     assert [c.get("j1"), c.get("j2")] == [b"x", b"x"]
+    c.send("reload\r\n")
+    assert c.line() == b"Reloaded config."
+    assert len(srv.events("queues_masked_by_aliases")) == 2  # warned again at reload
 
 
 @pytest.mark.parametrize(

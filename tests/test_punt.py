@@ -139,6 +139,30 @@ def test_an_open_transaction_timeout_counts_as_an_abort(make_server):
     consumer.close()
 
 
+def test_aborts_of_every_kind_add_up_to_the_count(make_server):
+    srv = make_server(
+        'expiration_timer_frequency = "50ms"\n'
+        "[queues.q]\n"
+        'open_transaction_timeout = "300ms"\n'
+        'punt_many_errors_to_queue = "poison"\n'
+        "punt_many_errors_count = 3\n"
+    )
+    c = Conn(srv.connect())
+    assert c.set("q", "x") == b"STORED"
+    assert _open(c, "q") == b"x"
+    _abort(c, "q")  # 1: /abort
+    dropped = Conn(srv.connect())
+    assert _open(dropped, "q") == b"x"
+    dropped.close()  # 2: a dropped connection
+    wait_until(lambda: c.get("q/peek") == b"x", "the dropped read comes back")
+    slow = Conn(srv.connect())
+    assert _open(slow, "q") == b"x"  # 3: a timed-out read
+    wait_until(lambda: c.get("poison/peek") == b"x", "the third abort moves it to poison")
+    assert c.get("q") is None
+    assert _errors_in_journal(srv.queue_path, "poison") == [3]
+    slow.close()
+
+
 def test_a_fanout_reader_punts_by_its_own_keys(make_server):
     srv = make_server('[queues."q+audit"]\npunt_error_to_queue = "audit_errors"\n')
     c = Conn(srv.connect())
