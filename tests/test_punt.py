@@ -266,6 +266,24 @@ def test_an_inherited_punt_target_naming_the_queue_itself_keeps_the_item(make_se
     assert c.get("errors") == b"e"
 
 
+def test_reload_turns_punting_on_and_off(make_server):
+    srv = make_server("")
+    c = Conn(srv.connect())
+    assert c.set("q", "x") == b"STORED"
+    srv.config_path.write_text('[queues.q]\npunt_error_to_queue = "e"\n')
+    c.send("reload\r\n")
+    assert c.line() == b"Reloaded config."
+    assert _open(c, "q") == b"x"
+    _abort(c, "q")
+    assert c.get("e/peek") == b"x"
+    srv.config_path.write_text("")
+    c.send("reload\r\n")
+    assert c.line() == b"Reloaded config."
+    assert _open(c, "e") == b"x"
+    _abort(c, "e")
+    assert c.get("e") == b"x"  # no punt keys: back to the head
+
+
 def test_dump_config_shows_the_punt_keys(make_server):
     srv = make_server(
         '[queues.q]\npunt_error_to_queue = "e"\npunt_many_errors_to_queue = "p"\n'
