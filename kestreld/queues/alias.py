@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kestreld.journal.batch import Batch
+from kestreld.journal.batch import Batch, joined
 from kestreld.journal.writer import JournalWriteError
 from kestreld.queues.journaled_queue import QueueFull
 
@@ -57,11 +57,7 @@ class AliasedQueue:
                 refused.append(f"{name}: {batch.error}")
         if refused:
             raise QueueFull(f"alias {self.name}: not stored in {'; '.join(refused)}")
-        if not batches:
-            return None
-        if len(batches) == 1:
-            return batches[0]
-        return _all_of(batches)
+        return joined(batches)  # one ticket: resolves once every destination's has
 
     def stats(self) -> dict[str, object]:
         """Kestrel's alias stats: exactly these three keys."""
@@ -71,20 +67,3 @@ class AliasedQueue:
             "children": ",".join(self.destinations),
         }
 
-
-def _all_of(batches: list[Batch]) -> Batch:
-    """A batch that resolves when every one of ``batches`` has (failed if any failed)."""
-    combined = Batch()
-    waiting = [len(batches)]
-    errors: list[str] = []
-
-    def one_done(batch: Batch) -> None:
-        if batch.error is not None:
-            errors.append(batch.error)
-        waiting[0] -= 1
-        if waiting[0] == 0:
-            combined.resolve("; ".join(errors) if errors else None)
-
-    for batch in batches:
-        batch.add_done_callback(one_done)
-    return combined
