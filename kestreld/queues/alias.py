@@ -66,4 +66,3 @@ class AliasedQueue:
             "put_bytes": self.put_bytes,
             "children": ",".join(self.destinations),
         }
-
