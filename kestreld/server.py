@@ -19,6 +19,7 @@ import structlog
 from kestreld import __version__
 from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
+from kestreld.config.model import alias_dump_lines
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
@@ -255,15 +256,21 @@ class Server:
         return render_dump_stats(self.queues, names)
 
     def render_dump_config(self, names: list[str]) -> bytes:
+        aliases = self.config.aliases
         if not names:
             names = sorted(
-                [q for q in self.queues.queues]
+                [q for q in self.queues.queues if q not in aliases]
                 + [r.full_name for r in self.queues.readers() if r.name]
+                + list(aliases)
             )
         lines = []
         for name in names:
-            lines.append(f"queue '{name}' {{")
-            lines.extend("  " + line for line in dump_lines(self.config.queue(name)))
+            if name in aliases:
+                lines.append(f"alias '{name}' {{")
+                lines.extend("  " + line for line in alias_dump_lines(aliases[name]))
+            else:
+                lines.append(f"queue '{name}' {{")
+                lines.extend("  " + line for line in dump_lines(self.config.queue(name)))
             lines.append("}")
         lines.append("END\r\n")
         return "\r\n".join(lines).encode()

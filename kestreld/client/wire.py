@@ -40,13 +40,14 @@ Expiry = float | int | timedelta | None
 def check_queue_name(name: str, *, writable: bool = False) -> str:
     """``name`` if the server would accept it, else ValueError.
 
-    Legal names are ``[A-Za-z0-9_:-]{1,200}``, optionally ``queue+reader``
-    for a fanout reader.  ``writable`` refuses reader names: items are put to
+    Legal names are 1-200 printable ASCII characters without ``/ . ~ +`` or
+    spaces, optionally ``queue+reader`` for a fanout reader (see kestreld.names).  ``writable`` refuses reader names: items are put to
     the queue, and every reader sees them.
     """
     if not isinstance(name, str) or split_queue_name(name) is None:
         raise ValueError(
-            f"illegal queue name {name!r}: use 1-200 of [A-Za-z0-9_:-], or queue+reader"
+            f"illegal queue name {name!r}: use 1-200 printable ASCII characters "
+            "without '/', '.', '~', '+' or spaces, or queue+reader"
         )
     if writable and "+" in name:
         raise ValueError(f"cannot put to the fanout reader {name!r}: put to the queue")

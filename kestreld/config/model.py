@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from kestreld.config.kestrel import hint as kestrel_hint
 from kestreld.names import split_queue_name
 
 KiB = 1024
@@ -130,6 +131,17 @@ class QueueConfig:
     fanout_only: bool = False
     max_queue_age: int | None = None  # ms
     open_transaction_timeout: int | None = None  # ms
+    # Error queues (Kestrel 3.0's puntErrorToQueue, puntManyErrorsToQueue, puntManyErrorsCount).
+    punt_error_to_queue: str | None = None
+    punt_many_errors_to_queue: str | None = None
+    punt_many_errors_count: int = 100
+
+    def punt_target(self, error_count: int) -> str | None:
+        """Where an aborted item with this error count goes (Kestrel 3.0's rule); None = head."""
+        many = self.punt_many_errors_to_queue
+        if many and error_count >= self.punt_many_errors_count:
+            return many
+        return self.punt_error_to_queue
 
 
 #: Per-queue keys in dump_config order, with their kind.
@@ -148,6 +160,9 @@ QUEUE_KEYS: dict[str, str] = {
     "fanout_only": _BOOL,
     "max_queue_age": _DURATION,
     "open_transaction_timeout": _DURATION,
+    "punt_error_to_queue": _QUEUE,
+    "punt_many_errors_to_queue": _QUEUE,
+    "punt_many_errors_count": _INT,
 }
 _DURATION_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _DURATION}
 _SIZE_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _SIZE}
@@ -182,6 +197,7 @@ class ServerConfig:
     create_queue_on_get: bool = True  # a fetch from an unknown queue creates it (Kestrel)
     default_queue: QueueConfig = field(default_factory=QueueConfig)
     queues: dict[str, QueueConfig] = field(default_factory=dict)  # explicit [queues.X] tables
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # [aliases.X] destinations
     source: str | None = None  # the file this was read from
 
     def queue(self, name: str) -> QueueConfig:
@@ -193,6 +209,10 @@ class ServerConfig:
         if parent != name:
             return self.queues.get(parent, self.default_queue)
         return self.default_queue
+
+    def masked_queues(self) -> list[str]:
+        """Configured queues hidden by an alias of the same name (Kestrel warned, then masked)."""
+        return sorted(name for name in self.aliases if name in self.queues)
 
     def configured_readers(self) -> list[str]:
         """Fanout readers named in the config (``q+r`` tables): they exist from start-up."""
@@ -232,7 +252,7 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
     for key, raw in table.items():
         kind = QUEUE_KEYS.get(key)
         if kind is None:
-            raise ConfigError(f"{where}{key}: unknown queue setting")
+            raise ConfigError(f"{where}{key}: unknown queue setting{_kestrel_hint(key)}")
         if raw is None:
             out[key] = None
             continue
@@ -249,7 +269,33 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _kestrel_hint(key: str) -> str:
+    """`` (Kestrel's maxItems is max_items in kestreld)`` for a Kestrel key name, else ""."""
+    said = kestrel_hint(key)
+    return f" ({said})" if said else ""
+
+
+def _check_punt_targets(where: str, name: str, values: dict[str, Any]) -> None:
+    """A table's own punt keys must name another queue.
+
+    An inherited default may name the queue itself: that queue keeps its
+    aborted items (see QueueCollection), as it would without the key.
+    """
+    own = name.partition("+")[0]
+    for key in ("punt_error_to_queue", "punt_many_errors_to_queue"):
+        target = values.get(key)
+        if target is not None and target.partition("+")[0] == own:
+            raise ConfigError(
+                f"{where}{key}: {target!r} is the queue itself; an aborted item would "
+                "never leave it"
+            )
+
+
 def _check_queue(where: str, cfg: QueueConfig) -> None:
+    if cfg.punt_many_errors_count < 1:
+        raise ConfigError(
+            f"{where}punt_many_errors_count: must be at least 1 (got {cfg.punt_many_errors_count})"
+        )
     if cfg.max_journal_size < 4 * KiB:
         raise ConfigError(
             f"{where}max_journal_size: must be at least 4KiB (got {cfg.max_journal_size})"
@@ -277,17 +323,22 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
     server: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
     tables: dict[str, Any] = {}
+    alias_tables: dict[str, Any] = {}
     for key, raw in doc.items():
         if key == "queues":
             if not isinstance(raw, dict):
                 raise ConfigError("queues: expected tables like [queues.NAME]")
             tables = raw
+        elif key == "aliases":
+            if not isinstance(raw, dict):
+                raise ConfigError("aliases: expected tables like [aliases.NAME]")
+            alias_tables = raw
         elif key in SERVER_KEYS:
             server[key] = None if raw is None else _PARSERS[SERVER_KEYS[key]](key, raw)
         elif key in QUEUE_KEYS:
             defaults.update(_queue_values("", {key: raw}))
         else:
-            raise ConfigError(f"{key}: unknown setting")
+            raise ConfigError(f"{key}: unknown setting{_kestrel_hint(key)}")
     if "log_level" in server and server["log_level"].lower() not in _LOG_LEVELS:
         raise ConfigError(f"log_level: expected one of {', '.join(_LOG_LEVELS)}")
     if "log_format" in server and server["log_format"] not in ("console", "json"):
@@ -309,10 +360,59 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         if not isinstance(table, dict):
             raise ConfigError(f"queues.{name}: expected a table")
         base = queues.get(name.partition("+")[0], default_queue) if "+" in name else default_queue
-        cfg = dataclasses.replace(base, **_queue_values(f"queues.{name}.", table))
+        values = _queue_values(f"queues.{name}.", table)
+        cfg = dataclasses.replace(base, **values)
         _check_queue(f"queues.{name}.", cfg)
+        _check_punt_targets(f"queues.{name}.", name, values)
         queues[name] = cfg
-    return ServerConfig(**server, default_queue=default_queue, queues=queues, source=source)
+    aliases = _aliases(alias_tables)
+    return ServerConfig(
+        **server, default_queue=default_queue, queues=queues, aliases=aliases, source=source
+    )
+
+
+#: Keys of an ``[aliases.NAME]`` table.
+ALIAS_KEYS = ("destination_queues",)
+
+
+def _aliases(tables: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``[aliases.NAME] destination_queues = [...]`` tables, validated against each other."""
+    aliases: dict[str, tuple[str, ...]] = {}
+    for name, table in tables.items():
+        where = f"aliases.{name}"
+        if split_queue_name(name) is None or "+" in name:
+            raise ConfigError(f"{where}: illegal alias name (a queue name, without '+')")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table with destination_queues = [...]")
+        for key in table:
+            if key not in ALIAS_KEYS:
+                hint = " (did you mean destination_queues?)" if "dest" in key.lower() else ""
+                raise ConfigError(f"{where}.{key}: unknown alias setting{hint}")
+        raw = table.get("destination_queues")
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(
+                f"{where}.destination_queues: expected a non-empty list of queue names"
+            )
+        destinations = []
+        for dest in raw:
+            if not isinstance(dest, str) or split_queue_name(dest) is None or "+" in dest:
+                raise ConfigError(
+                    f"{where}.destination_queues: {dest!r} is not a legal queue name "
+                    "(a queue, not a fanout reader: puts go to queues)"
+                )
+            if dest == name:
+                raise ConfigError(f"{where}.destination_queues: the alias points at itself")
+            if dest not in destinations:
+                destinations.append(dest)
+        aliases[name] = tuple(destinations)
+    for name, destinations in aliases.items():
+        for dest in destinations:
+            if dest in aliases:
+                raise ConfigError(
+                    f"aliases.{name}.destination_queues: {dest!r} is itself an alias "
+                    "(an alias points at queues only)"
+                )
+    return aliases
 
 
 def load_config(path: str | None) -> ServerConfig:
@@ -341,6 +441,11 @@ def render_value(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def alias_dump_lines(destinations: tuple[str, ...]) -> list[str]:
+    """The ``dump_config`` line of an alias."""
+    return [f"destination_queues={','.join(destinations)}"]
 
 
 def dump_lines(cfg: QueueConfig) -> list[str]:

@@ -36,7 +36,6 @@ from kestreld.protocol.replies import (
 )
 from kestreld.session.errors import (
     NoOpenRead,
-    NoSuchQueue,
     NotStored,
     NotWritable,
     PutFailed,
@@ -341,12 +340,12 @@ def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
     f.key = args[1]
     f.open = True
     try:
-        conn.session.monitor(f, seconds, limit)
+        started = conn.session.monitor(f, seconds, limit)
     except (NotWritable, QueueRefused) as e:
         conn.out.append(server_error(str(e)))
         return
-    except NoSuchQueue:
-        conn.out.append(END)  # create_queue_on_get off: nothing to monitor
+    if not started:  # an alias, or an unknown queue with create_queue_on_get off: empty
+        conn.out.append(END)
         return
     conn.flush_out()
 

@@ -54,7 +54,6 @@ from kestreld.queues.collection import TooManyQueues
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
 from kestreld.session.errors import (
     NoOpenRead,
-    NoSuchQueue,
     NotStored,
     NotWritable,
     PutFailed,
@@ -409,15 +408,18 @@ class Session:
 
     # --- monitor ---------------------------------------------------------------------------
 
-    def monitor(self, f: Fetch, seconds: float, limit: int) -> None:
+    def monitor(self, f: Fetch, seconds: float, limit: int) -> bool:
         """Open reads of every item of ``f.name`` for ``seconds`` (at most ``limit``).
 
         Each item is opened and passed to the listener's ``monitor_item(f)``
         (``f.item``); the end is ``wait_ended(f)``: outcome MISS at its end, GONE
         when :meth:`stop_waiting` ended it early.  It is this
-        session's wait.  Raises :class:`NotWritable` when QUIESCENT,
-        :class:`QueueRefused` for a new name beyond ``max_queues`` and
-        :class:`NoSuchQueue` for an unknown one when ``create_queue_on_get`` is off.
+        session's wait.  Raises :class:`NotWritable` when QUIESCENT and
+        :class:`QueueRefused` for a new name beyond ``max_queues``.
+
+        False when ``f.name`` has no reader (an alias, which holds nothing, or an
+        unknown queue with ``create_queue_on_get`` off): nothing started or created,
+        and the front end answers as for an empty queue at once.
         """
         self.check_readable()
         try:
@@ -426,7 +428,8 @@ class Session:
             self.stats.queue_create_refusals += 1
             raise QueueRefused(str(e)) from None
         if reader is None:
-            raise NoSuchQueue(f.name)
+            f.outcome = MISS
+            return False
         if self.no_wait:
             seconds = 0.0  # take what is there, wait for nothing
         f.reader = reader
@@ -434,6 +437,7 @@ class Session:
         self.waiting = task
         self.wait_fetch = f
         task.add_done_callback(self._monitor_done)
+        return True
 
     def monitor_open(self, f: Fetch, item: QueueItem) -> None:
         """One item of a monitor: opened by this session, then shown to the listener."""

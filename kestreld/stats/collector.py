@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from kestreld import __version__
 from kestreld.state import ServerStatus
-from kestreld.stats.counters import global_stats, queue_stats
+from kestreld.stats.counters import alias_stats, global_stats, queue_stats
 
 if TYPE_CHECKING:
     from kestreld.state import ServerState as Server
@@ -141,6 +141,11 @@ QUEUE_METRICS: dict[str, MetricSpec] = {
     "journal_rotations": MetricSpec(
         "kestreld_queue_journal_rotations", _COUNTER, "New journal segments started."
     ),
+    "punted_items": MetricSpec(
+        "kestreld_queue_punted_items",
+        _COUNTER,
+        "Aborted items moved to an error queue (punt_error_to_queue, punt_many_errors_to_queue).",
+    ),
     "children": MetricSpec("kestreld_queue_children", _GAUGE, "Fanout readers of the queue."),
     "oldest_item_age": MetricSpec(
         "kestreld_queue_oldest_item_age_seconds",
@@ -149,6 +154,13 @@ QUEUE_METRICS: dict[str, MetricSpec] = {
         "grows while consumers are stopped.",
         scale=0.001,
     ),
+}
+
+#: An alias's ``stats`` keys, labelled ``alias``.
+ALIAS_METRICS: dict[str, MetricSpec] = {
+    "put_items": MetricSpec("kestreld_alias_put_items", _COUNTER, "Items put to the alias."),
+    "put_bytes": MetricSpec("kestreld_alias_put_bytes", _COUNTER, "Bytes put to the alias."),
+    "children": MetricSpec("kestreld_alias_children", _GAUGE, "Destination queues of the alias."),
 }
 
 #: A fanout reader's families: the queue's, renamed, labelled queue and reader.
@@ -183,6 +195,7 @@ class StatsSnapshot:
     server: list[tuple[str, object]]  # global_stats
     queues: list[tuple[str, dict[str, int]]]  # queue_stats
     status: ServerStatus
+    aliases: list[tuple[str, dict[str, object]]] = ()  # type: ignore[assignment]  # alias_stats
 
     @classmethod
     def take(cls, server: Server) -> StatsSnapshot:
@@ -191,6 +204,7 @@ class StatsSnapshot:
             global_stats(server.stats, server.queues, len(server.connections), __version__),
             queue_stats(server.queues),
             server.status,
+            alias_stats(server.queues),
         )
 
 
@@ -248,3 +262,10 @@ class StatsCollector(Collector):
             if (True, key) not in families and key != "children":
                 yield _family(reader_spec(spec), _READER_LABELS)
         yield from families.values()
+        alias_families = {key: _family(spec, ["alias"]) for key, spec in ALIAS_METRICS.items()}
+        for name, alias_values in snapshot.aliases:
+            for key, value in alias_values.items():
+                if key == "children":  # the destinations, comma-separated: the gauge counts them
+                    value = len(str(value).split(","))
+                alias_families[key].add_metric([name], _number(value))
+        yield from alias_families.values()

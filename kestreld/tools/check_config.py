@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
-from kestreld.config.model import SERVER_KEYS, render_value
+from kestreld.config.model import SERVER_KEYS, MiB, alias_dump_lines, render_value
 
 
 def effective_config(path: str, overrides: dict[str, Any]) -> ServerConfig:
@@ -43,6 +43,10 @@ def render(config: ServerConfig) -> str:
     for name in sorted(config.queues):
         lines.append(f"queue '{name}' {{")
         lines.extend("  " + line for line in dump_lines(config.queues[name]))
+        lines.append("}")
+    for name in sorted(config.aliases):
+        lines.append(f"alias '{name}' {{")
+        lines.extend("  " + line for line in alias_dump_lines(config.aliases[name]))
         lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -69,6 +73,16 @@ def warnings(config: ServerConfig) -> list[str]:
                 f"the memcache protocol listens on {config.listen_address}:{config.port} "
                 "without TLS: passwords and items cross the network in the clear"
             )
+    for name, cfg in [("", config.default_queue), *sorted(config.queues.items())]:
+        if cfg.max_journal_size >= 256 * MiB:
+            where = f"queues.{name}." if name else ""
+            out.append(
+                f"{where}max_journal_size = {cfg.max_journal_size} is the size of one journal "
+                "segment here; Kestrel 2.4's maxJournalSize (a compaction threshold, 1 GB) "
+                "needs no setting in kestreld: you probably meant to leave it out (default 16MiB)"
+            )
+    for name in config.masked_queues():
+        out.append(f"the alias {name!r} masks the configured queue {name!r}: puts go to the alias")
     return out
 
 
