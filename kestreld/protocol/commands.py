@@ -519,7 +519,7 @@ def cmd_flush(conn: MemcacheConnection, args: list[bytes]) -> None:
     if name is None or not _writable(conn):
         return
     ticket = conn.server.queues.flush(name)
-    if ticket is None or (ticket.done and ticket.error is None):
+    if ticket is None or (ticket.done and ticket.error is None) or args[-1] == b"noreply":
         conn.out.append(END)
     else:  # END once the flush (a READ_HEAD jump) is durable, as a confirm's reply
         conn.hold_reply(ticket, None).parts.append(END)
@@ -528,7 +528,7 @@ def cmd_flush(conn: MemcacheConnection, args: list[bytes]) -> None:
 def cmd_flush_all(conn: MemcacheConnection, args: list[bytes]) -> None:
     if _writable(conn):
         ticket = conn.server.queues.flush_all()
-        if ticket is None or (ticket.done and ticket.error is None):
+        if ticket is None or (ticket.done and ticket.error is None) or args[-1] == b"noreply":
             conn.out.append(FLUSHED_ALL)
         else:  # once every reader's flush is durable, as a confirm's reply
             conn.hold_reply(ticket, None).parts.append(FLUSHED_ALL)
