@@ -8,6 +8,7 @@
     kestreld ping [--host H] [--port N] [--timeout S] [--config FILE]
     kestreld queues [--host H] [--port N] [--config FILE] [--json]
     kestreld move SRC DST [--limit N] [--host H] [--port N] [--config FILE]
+    kestreld passwd NAME [--roles R] [--queues PATTERNS] [--file AUTH_FILE]
 
 Sub-commands import their modules lazily: the server never imports Spark.
 """
@@ -29,6 +30,7 @@ _TOOLS = {
 }
 
 _TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests, benchmarks and crash soak
+_TOOLS[("passwd",)] = "kestreld.tools.passwd"  # a user's auth file line (auth_file)
 
 
 def _serve_parser() -> argparse.ArgumentParser:

@@ -21,8 +21,19 @@ from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
+from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
+from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
+from kestreld.security import (
+    Authenticator,
+    AuthFileError,
+    ServerTls,
+    TlsError,
+    TlsFiles,
+    load_auth_file,
+)
+from kestreld.security.tls_stream import TlsStream
 from kestreld.state import ServerStatus, StartupError, load_status, save_status
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
 
@@ -39,7 +50,14 @@ RESTART_KEYS = (
     "log_format",
     "checkpoint_interval",
     "expiration_timer_frequency",
+    "tls_verify_client",
+    "tls_handshake_timeout",
 )
+#: The answer, in the clear, to a plaintext client on the TLS port (then it is closed).
+TLS_REQUIRED = b"SERVER_ERROR this port requires TLS\r\n"
+
+#: Security files: their contents reload live; switching one on or off needs a restart.
+SECURITY_FILE_KEYS = ("tls_cert_file", "auth_file")
 
 __all__ = ["RESTART_KEYS", "Server", "StartupError", "build_server_config", "run_server"]
 
@@ -66,6 +84,10 @@ class Server:
         self._stopping: asyncio.Event | None = None
         self._stopped = False
         self.metrics = None
+        #: TLS of the memcache listener (tls_cert_file), None without.
+        self.tls: ServerTls | None = None
+        #: The users of auth_file; None: clients need not authenticate (Kestrel's way).
+        self.authenticator: Authenticator | None = None
         #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
         self.latency_observer: Callable[[str, float], None] | None = None
 
@@ -93,10 +115,23 @@ class Server:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
 
+    def _load_security(self) -> None:
+        """TLS context and auth file from the config (raises StartupError naming the file)."""
+        config = self.config
+        try:
+            tls = _tls_files(config)
+            if tls is not None:
+                self.tls = ServerTls(tls, config.tls_handshake_timeout / 1000)
+            if config.auth_file is not None:
+                self.authenticator = Authenticator(load_auth_file(config.auth_file))
+        except (TlsError, AuthFileError) as e:
+            raise StartupError(str(e)) from None
+
     async def start(self) -> None:
         """Lock the folder, rebuild the queues, listen.  Raises StartupError."""
         self.loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._load_security()
         self._lock_folder()
         try:
             self.status = load_status(self.config.queue_path)
@@ -116,7 +151,7 @@ class Server:
             )
             try:
                 self._server = await self.loop.create_server(
-                    lambda: MemcacheConnection(self),
+                    self._connection,
                     self.config.listen_address,
                     self.config.port,
                     reuse_address=True,
@@ -151,7 +186,21 @@ class Server:
             status=self.status.value,
             version=__version__,
             implementation=implementation(),
+            tls=self.tls is not None,
+            auth=self.authenticator is not None,
         )
+
+    def _connection(self) -> asyncio.Protocol:
+        """A new client connection: locked until it authenticates with an auth file, and
+        TLS between its socket and the memcache protocol when the port is TLS's
+        (kestreld/security/tls_stream.py)."""
+        if self.authenticator is None:
+            conn = MemcacheConnection(self, COMMANDS, UNKNOWN)
+        else:  # nothing runs until it authenticates (kestreld/protocol/auth.py)
+            conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
+        if self.tls is None:
+            return conn
+        return TlsStream(self.tls, conn, TLS_REQUIRED)
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
@@ -191,12 +240,11 @@ class Server:
         timeout = self.config.client_timeout
         if not timeout:
             return
-        limit = time.monotonic() - timeout / 1000
+        now = time.monotonic()
         for conn in list(self.connections):
-            if conn.waiting is None and conn.last_active <= limit and conn.transport is not None:
+            if conn.idle_for(now) * 1000 >= timeout:
                 log.info("idle_connection_closed", peer=conn.peer)
-                conn.closing = True
-                conn.transport.close()
+                conn.close()
 
     # --- commands -----------------------------------------------------------------------
 
@@ -241,6 +289,10 @@ class Server:
             if getattr(fresh, key) != getattr(self.config, key):
                 needs_restart.append(key)
                 fresh = dataclasses.replace(fresh, **{key: getattr(self.config, key)})
+        fresh, error = self._reload_security(fresh, needs_restart)
+        if error is not None:
+            log.error("config_reload_failed", source=self.config_path, error=error)
+            return f"config not reloaded: {error}", []
         if fresh.log_level != self.config.log_level:
             set_log_level(fresh.log_level)
         self.config = fresh
@@ -249,6 +301,38 @@ class Server:
             log.warning("config_reload_needs_restart", keys=needs_restart)
         log.info("config_reloaded", source=self.config_path, needs_restart=needs_restart)
         return None, needs_restart
+
+    def _reload_security(
+        self, fresh: ServerConfig, needs_restart: list[str]
+    ) -> tuple[ServerConfig, str | None]:
+        """Read the TLS files and the auth file again (renewed certificates, changed users).
+
+        All or nothing: on an error nothing changes and the error is returned.
+        Turning TLS or authentication on or off needs a restart (named, as the
+        restart keys are).
+        """
+        old = self.config
+        for key, group in (
+            ("tls_cert_file", ("tls_cert_file", "tls_key_file", "tls_ca_file")),
+            ("auth_file", ("auth_file",)),
+        ):
+            if (getattr(fresh, key) is None) != (getattr(old, key) is None):
+                needs_restart.append(key)
+                fresh = dataclasses.replace(fresh, **{k: getattr(old, k) for k in group})
+        auth = None
+        if fresh.auth_file is not None:
+            try:
+                auth = load_auth_file(fresh.auth_file)
+            except AuthFileError as e:
+                return fresh, str(e)
+        tls = _tls_files(fresh)
+        if self.tls is not None and tls is not None:
+            error = self.tls.reload(tls)
+            if error is not None:
+                return fresh, error
+        if self.authenticator is not None and auth is not None:
+            self.authenticator.replace(auth)
+        return fresh, None
 
     def reload_on_signal(self) -> None:
         """SIGHUP: reload the config (the daemon convention), never stop."""
@@ -285,27 +369,27 @@ class Server:
             task.cancel()
         if self.metrics is not None:
             await self.metrics.stop()
-        # Acknowledge what is already journaled before the connections go:
-        # pending STORED replies are written out, not dropped (a dropped one
-        # would make its producer retry an item that is already stored).
+        # Every connection takes no new request, answers a wait in progress and
+        # sends every reply it promised before it closes (one close path): the
+        # journals are synced so pending STORED and confirm replies resolve.  A
+        # dropped STORED would make its producer retry an item already stored.
         for conn in list(self.connections):
-            conn.closing_soon()
+            conn.close()
         journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
         for journal in journals:
             journal.sync_now()
         deadline = time.monotonic() + 2.0
         while any(j.syncing for j in journals) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)  # background fsyncs resolve their batches
-        await asyncio.sleep(0)
+        deadline = time.monotonic() + 2.0
+        while any(not c.finished() for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
-            conn.closing = True
-            conn.release_open_reads()
-            if conn.waiting is not None and not conn.waiting.done():
-                conn.waiting.cancel()
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close_now()
         await asyncio.sleep(0)
         self.queues.close()
+        if self.authenticator is not None:
+            self.authenticator.close()
         self.executor.shutdown(wait=True)
         self._unlock()
         log.info("stopped")
@@ -317,6 +401,14 @@ class Server:
             except OSError:
                 pass
             self._lock_fd = -1
+
+
+def _tls_files(config: ServerConfig) -> TlsFiles | None:
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    return TlsFiles(
+        config.tls_cert_file, config.tls_key_file, config.tls_ca_file, config.tls_verify_client
+    )
 
 
 def build_server_config(config_path: str | None, overrides: dict[str, Any]) -> ServerConfig:

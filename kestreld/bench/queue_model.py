@@ -35,7 +35,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kestreld.bench.process import Conn, KestreldProcess
+from kestreld.testing.process import Conn, KestreldProcess
 
 MAX_ITEMS_M = 6
 MAX_ITEMS_D = 3

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from kestreld.bench.process import Conn, KestreldProcess
+from kestreld.testing.process import Conn, KestreldProcess
 
 
 def fds(pid):

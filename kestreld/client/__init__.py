@@ -16,6 +16,7 @@
 from kestreld.client.async_client import AsyncClient
 from kestreld.client.cluster import ServerState
 from kestreld.client.errors import (
+    AuthenticationFailed,
     ClientError,
     CommandError,
     ConnectionFailed,
@@ -32,6 +33,7 @@ from kestreld.client.sync_client import Client
 __all__ = [
     "AsyncClient",
     "AsyncReliableReads",
+    "AuthenticationFailed",
     "Client",
     "ClientError",
     "CommandError",

@@ -16,6 +16,7 @@ and ``time.sleep``, :class:`~kestreld.client.AsyncClient` with ``await`` and
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -72,7 +73,9 @@ class ClusterOperations(Generic[C]):
     """The cluster, its connection pools and every operation on them.
 
     A client sets :attr:`connection` to its connection class (made with
-    ``(host, port, connect_timeout=..., timeout=...)``).
+    ``(host, port, connect_timeout=..., timeout=..., username=..., password=..., tls=...)``).
+    ``username`` and ``password``: every connection authenticates with them (a server
+    with an ``auth_file``); ``tls``: an :class:`ssl.SSLContext` for servers on TLS.
     """
 
     connection: Callable[..., C]
@@ -87,6 +90,9 @@ class ClusterOperations(Generic[C]):
         max_down_period: float = 60.0,
         poll_interval: float = 0.25,
         max_idle_connections: int = 8,
+        username: str | None = None,
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if isinstance(servers, str):
             servers = [servers]
@@ -100,6 +106,9 @@ class ClusterOperations(Generic[C]):
                     s.port,
                     connect_timeout=connect_timeout,
                     timeout=timeout,
+                    username=username,
+                    password=password,
+                    tls=tls,
                 ),
                 max_idle_connections,
             )

@@ -171,6 +171,15 @@ class ServerConfig:
     metrics_address: str | None = None  # defaults to listen_address
     log_level: str = "info"
     log_format: str = "console"
+    # --- security (docs/operations.md, Security) ---
+    tls_cert_file: str | None = None  # TLS on the memcache port when set (with tls_key_file)
+    tls_key_file: str | None = None
+    tls_ca_file: str | None = None  # CA of client certificates
+    tls_verify_client: bool = False  # mutual TLS: a client certificate signed by tls_ca_file
+    tls_handshake_timeout: int = 10_000  # ms a client has to finish its handshake
+    auth_file: str | None = None  # users and roles; set: every client must authenticate
+    max_queues: int | None = None  # queues clients may make exist; None = unlimited
+    create_queue_on_get: bool = True  # a fetch from an unknown queue creates it (Kestrel)
     default_queue: QueueConfig = field(default_factory=QueueConfig)
     queues: dict[str, QueueConfig] = field(default_factory=dict)  # explicit [queues.X] tables
     source: str | None = None  # the file this was read from
@@ -205,6 +214,15 @@ SERVER_KEYS: dict[str, str] = {
     "metrics_address": _STR,
     "log_level": _STR,
     "log_format": _STR,
+    # security
+    "tls_cert_file": _STR,
+    "tls_key_file": _STR,
+    "tls_ca_file": _STR,
+    "tls_verify_client": _BOOL,
+    "tls_handshake_timeout": _DURATION,
+    "auth_file": _STR,
+    "max_queues": _INT,
+    "create_queue_on_get": _BOOL,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -240,6 +258,20 @@ def _check_queue(where: str, cfg: QueueConfig) -> None:
         raise ConfigError(f"{where}max_item_size: at most 16MiB, the journal's record limit")
 
 
+def _check_security(server: dict[str, Any]) -> None:
+    cert, key = server.get("tls_cert_file"), server.get("tls_key_file")
+    if (cert is None) != (key is None):
+        raise ConfigError("tls_cert_file and tls_key_file: set both (or neither)")
+    if cert is None and (server.get("tls_ca_file") or server.get("tls_verify_client")):
+        raise ConfigError("tls_ca_file, tls_verify_client: need tls_cert_file and tls_key_file")
+    if server.get("tls_verify_client") and not server.get("tls_ca_file"):
+        raise ConfigError("tls_verify_client: needs tls_ca_file (the CA of client certificates)")
+    if server.get("tls_handshake_timeout") == 0:
+        raise ConfigError("tls_handshake_timeout: must be more than 0")
+    if server.get("max_queues") == 0:
+        raise ConfigError("max_queues: must be at least 1 (leave it unset for no limit)")
+
+
 def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig:
     """Validate a parsed TOML document into a ServerConfig (raises ConfigError)."""
     server: dict[str, Any] = {}
@@ -264,6 +296,7 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         raise ConfigError(f"port: {server['port']} is not a TCP port")
     if server.get("max_line_length", 8 * KiB) < 64:
         raise ConfigError("max_line_length: must be at least 64 bytes")
+    _check_security(server)
 
     default_queue = QueueConfig(**defaults)
     _check_queue("", default_queue)

@@ -37,6 +37,15 @@ class Kestrel2JournalsFound(Exception):
         )
 
 
+class TooManyQueues(Exception):
+    """A new queue name beyond ``max_queues``: refused, nothing created."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.limit = limit
+        super().__init__(f"too many queues (max_queues = {limit}); {name} not created")
+
+
 class QueueCollection:
     __slots__ = (
         "config",
@@ -102,8 +111,16 @@ class QueueCollection:
     # --- lookup ---------------------------------------------------------------------------
 
     def queue(self, name: str, create: bool) -> JournaledQueue | None:
+        """The queue ``name``; created when missing and ``create`` (raises TooManyQueues).
+
+        ``max_queues`` counts every queue; a queue named in the config (``[queues.NAME]``,
+        ``[queues."NAME+R"]``) is never refused.
+        """
         queue = self.queues.get(name)
         if queue is None and create:
+            limit = self.config.max_queues
+            if limit is not None and len(self.queues) >= limit and not self._configured(name):
+                raise TooManyQueues(name, limit)
             queue = JournaledQueue(name, self.config, executor=self.executor)
             queue.open(
                 None,
@@ -118,8 +135,13 @@ class QueueCollection:
             log.info("queue_created", queue=name)
         return queue
 
+    def _configured(self, name: str) -> bool:
+        """Named in the config, itself or through one of its fanout readers."""
+        prefix = name + "+"
+        return name in self.config.queues or any(n.startswith(prefix) for n in self.config.queues)
+
     def reader(self, full_name: str, create: bool) -> Reader | None:
-        """The reader for ``q`` or ``q+r`` (the name must be legal)."""
+        """The reader for ``q`` or ``q+r`` (the name must be legal); raises TooManyQueues."""
         qname, _, rname = full_name.partition("+")
         queue = self.queue(qname, create)
         if queue is None:
@@ -184,7 +206,7 @@ class QueueCollection:
             return
         try:
             self.put(target.partition("+")[0], item.data, 0, int(time.time() * 1000))
-        except (QueueFull, JournalWriteError) as e:
+        except (QueueFull, JournalWriteError, TooManyQueues) as e:
             log.warning(
                 "expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e)
             )
@@ -203,6 +225,9 @@ class QueueCollection:
                 if stale:
                     log.info("open_reads_timed_out", queue=reader.full_name, count=len(stale))
                     reader.abort(stale)
+                    for read in stale:  # each leaves the session that held it
+                        if read.owner is not None:
+                            read.owner.open_read_timed_out(read)
             max_queue_age = queue.config.max_queue_age
             if (
                 max_queue_age

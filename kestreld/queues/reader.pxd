@@ -19,6 +19,7 @@ cdef class OpenRead:
     cdef public object reader
     cdef public double opened_at
     cdef public bint finished
+    cdef public object owner
 
 
 cdef class Reader:
@@ -82,7 +83,7 @@ cdef class Reader:
     cpdef _put_back(self, QueueItem item)
 
     @cython.locals(read=OpenRead)
-    cpdef OpenRead open(self, QueueItem item)
+    cpdef OpenRead open(self, QueueItem item, object owner=*)
     cpdef confirm(self, OpenRead read)
     cpdef consume(self, QueueItem item)
     @cython.locals(journal=WriterJournal, progress=ProgressLog)

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -44,13 +45,18 @@ REFILL_CHUNK = 1024 * 1024
 class OpenRead:
     """An item handed out tentatively; confirmed (close) or given back (abort)."""
 
-    __slots__ = ("item", "reader", "opened_at", "finished")
+    __slots__ = ("item", "reader", "opened_at", "finished", "owner")
 
-    def __init__(self, item: QueueItem, reader: Reader, opened_at: float) -> None:
+    def __init__(
+        self, item: QueueItem, reader: Reader, opened_at: float, owner: Any = None
+    ) -> None:
         self.item = item
         self.reader = reader
         self.opened_at = opened_at  # monotonic seconds
         self.finished = False
+        #: Who holds it (a session): told by ``open_read_timed_out(read)`` when
+        #: ``open_transaction_timeout`` gives it back, so it leaves that holder.
+        self.owner = owner
 
 
 @dataclass(slots=True, eq=False)
@@ -398,8 +404,9 @@ class Reader:
 
     # --- reliable reads -----------------------------------------------------------------
 
-    def open(self, item: QueueItem) -> OpenRead:
-        read = OpenRead(item, self, time.monotonic())
+    def open(self, item: QueueItem, owner: Any = None) -> OpenRead:
+        """Hand ``item`` out tentatively, held by ``owner`` (see :class:`OpenRead`)."""
+        read = OpenRead(item, self, time.monotonic(), owner)
         self.open_reads[item.id] = read
         self.transactions += 1
         return read

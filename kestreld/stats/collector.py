@@ -84,6 +84,17 @@ GLOBAL_METRICS: dict[str, MetricSpec] = {
     "queue_expires": MetricSpec(
         "kestreld_queue_expires", _COUNTER, "Queues deleted by max_queue_age."
     ),
+    "auth_successes": MetricSpec(
+        "kestreld_auth_successes", _COUNTER, "Clients that authenticated (auth_file)."
+    ),
+    "auth_failures": MetricSpec(
+        "kestreld_auth_failures",
+        _COUNTER,
+        "Failed authentications: unknown user, wrong password, malformed token.",
+    ),
+    "queue_create_refusals": MetricSpec(
+        "kestreld_queue_create_refusals", _COUNTER, "New queue names refused by max_queues."
+    ),
 }
 
 #: Per-queue ``stats`` keys (``queue_<name>_<key>``), labelled ``queue``.

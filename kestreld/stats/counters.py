@@ -29,6 +29,10 @@ class ServerStats:
     get_misses: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    # security: authentications of clients (auth_file), queues refused by max_queues
+    auth_successes: int = 0
+    auth_failures: int = 0
+    queue_create_refusals: int = 0
 
 
 def _physical_memory() -> int:
@@ -105,6 +109,9 @@ def global_stats(
         ("queue_creates", queues.queue_creates),
         ("queue_deletes", queues.queue_deletes),
         ("queue_expires", queues.queue_expires),
+        ("auth_successes", stats.auth_successes),
+        ("auth_failures", stats.auth_failures),
+        ("queue_create_refusals", stats.queue_create_refusals),
     ]
 
 

@@ -58,10 +58,17 @@ def warnings(config: ServerConfig) -> list[str]:
                 "/metrics and /stats.json have no authentication; firewall that port"
             )
     if not _is_loopback(config.listen_address):
-        out.append(
-            f"the memcache protocol listens on {config.listen_address}:{config.port}: "
-            "it has no authentication; keep it on a private network behind a firewall"
-        )
+        if config.auth_file is None:
+            out.append(
+                f"the memcache protocol listens on {config.listen_address}:{config.port}: "
+                "it has no authentication (no auth_file); keep it on a private network "
+                "behind a firewall"
+            )
+        elif config.tls_cert_file is None:
+            out.append(
+                f"the memcache protocol listens on {config.listen_address}:{config.port} "
+                "without TLS: passwords and items cross the network in the clear"
+            )
     return out
 
 
