@@ -23,7 +23,10 @@ from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
+from kestreld.protocol.text import TextConnection
+from kestreld.protocol.thrift import ThriftConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
+from kestreld.session.open_ids import OpenIds
 from kestreld.state import ServerStatus, StartupError, load_status, save_status
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
 
@@ -34,6 +37,8 @@ log = structlog.get_logger("kestreld.server")
 RESTART_KEYS = (
     "listen_address",
     "port",
+    "text_port",
+    "thrift_port",
     "queue_path",
     "metrics_port",
     "metrics_address",
@@ -62,6 +67,10 @@ class Server:
         self.status = ServerStatus.UP
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.base_events.Server | None = None
+        #: Every listener by front end ("memcache", "text", "thrift").
+        self.listeners: dict[str, asyncio.base_events.Server] = {}
+        #: Reads held under server-wide ids (thrift's get with auto_abort_msec).
+        self.open_ids = OpenIds()
         self._lock_fd = -1
         self._tasks: list[asyncio.Task] = []
         self._stopping: asyncio.Event | None = None
@@ -115,18 +124,7 @@ class Server:
                 count=len(self.queues.queues),
                 seconds=round(time.monotonic() - started, 3),
             )
-            try:
-                self._server = await self.loop.create_server(
-                    lambda: MemcacheConnection(self, COMMANDS, UNKNOWN),
-                    self.config.listen_address,
-                    self.config.port,
-                    reuse_address=True,
-                    backlog=4096,
-                )
-            except OSError as e:
-                raise StartupError(
-                    f"cannot listen on {self.config.listen_address}:{self.config.port}: {e.strerror}"
-                ) from None
+            await self._listen()
         except BaseException:
             self._unlock()
             raise
@@ -143,16 +141,50 @@ class Server:
                 )
             )
         await self._start_metrics()
-        sock = self._server.sockets[0].getsockname()
+        addresses = {}
+        for kind, listener in self.listeners.items():
+            sock = listener.sockets[0].getsockname()
+            addresses[kind] = f"{sock[0]}:{sock[1]}"
         log.info(
             "listening",
-            address=f"{sock[0]}:{sock[1]}",
+            address=next(iter(addresses.values())),  # memcache's, when it is on
+            **addresses,
             config=os.path.abspath(self.config_path) if self.config_path else None,
             queue_path=os.path.abspath(self.config.queue_path),
             status=self.status.value,
             version=__version__,
             implementation=implementation(),
         )
+
+    async def _listen(self) -> None:
+        """Open every configured front end's port (raises StartupError).
+
+        ``text_port`` and ``thrift_port``: 0 is off.  ``port`` (memcache): 0 is
+        off when another front end is on; alone, 0 asks the system for a free
+        port (the test harness's way to start a server).
+        """
+        config = self.config
+        wanted = [
+            ("text", config.text_port, lambda: TextConnection(self)),
+            ("thrift", config.thrift_port, lambda: ThriftConnection(self)),
+        ]
+        wanted = [w for w in wanted if w[1]]
+        if config.port or not wanted:
+            wanted.insert(
+                0, ("memcache", config.port, lambda: MemcacheConnection(self, COMMANDS, UNKNOWN))
+            )
+        for kind, port, factory in wanted:
+            try:
+                self.listeners[kind] = await self.loop.create_server(
+                    factory, config.listen_address, port, reuse_address=True, backlog=4096
+                )
+            except OSError as e:
+                for listener in self.listeners.values():
+                    listener.close()
+                raise StartupError(
+                    f"cannot listen on {config.listen_address}:{port} ({kind}): {e.strerror}"
+                ) from None
+        self._server = next(iter(self.listeners.values()))
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
@@ -279,8 +311,8 @@ class Server:
         if self._stopped:
             return
         self._stopped = True
-        if self._server is not None:
-            self._server.close()
+        for listener in self.listeners.values():
+            listener.close()
         for task in self._tasks:
             task.cancel()
         if self.metrics is not None:
@@ -302,6 +334,7 @@ class Server:
             await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
             conn.close_now()
+        self.open_ids.close()  # reads held under thrift ids go back before the journals close
         await asyncio.sleep(0)
         self.queues.close()
         self.executor.shutdown(wait=True)

@@ -414,6 +414,17 @@ class Session:
         reads = self.open_reads.get(reader) if reader is not None else None
         return len(reads) if reads else 0
 
+    def hand_over(self, name: str) -> OpenRead:
+        """The read this session opened last on ``name`` leaves it, for a holder that
+        outlives the session (thrift's ids, :class:`~kestreld.session.open_ids.OpenIds`):
+        closing the session no longer gives it back."""
+        reader = self.queues.reader(name, create=False)
+        reads = self.open_reads[reader]
+        read = reads.pop()
+        if not reads:
+            del self.open_reads[reader]
+        return read
+
     def _confirm(self, reader: Reader, reads: list[OpenRead]) -> PendingReply | None:
         # A reader's confirms of one event-loop tick share one progress batch (it is
         # written on a later tick), so the reads of one request get one ticket.
