@@ -307,9 +307,7 @@ class Session:
             return
         observe = self.server.latency_observer
         if observe is not None:
-            observe(
-                "get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started
-            )  # type: ignore[union-attr]
+            observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started)  # type: ignore[union-attr]
         if item is None:
             self.stats.get_misses += 1
             f.outcome = MISS  # type: ignore[union-attr]
