@@ -33,6 +33,9 @@ METHODS = frozenset(SERVICE.thrift_services)
 
 #: Bytes a frame may carry besides its items (names, ids, field headers).
 FRAME_OVERHEAD = 64 * 1024
+#: Item bytes one frame may carry whatever max_item_size is: a frame is buffered
+#: whole before it is decoded, so this bounds a connection's input buffer.
+FRAME_ITEMS_CAP = 64 * 1024 * 1024
 
 CALL = TMessageType.CALL
 ONEWAY = TMessageType.ONEWAY
@@ -59,8 +62,9 @@ class BadFrame(Exception):
 
 
 def max_frame_size(max_item_size: int, max_items: int = 1024) -> int:
-    """The largest frame accepted: ``max_items`` items of ``max_item_size`` plus headers."""
-    return max_item_size * max_items + FRAME_OVERHEAD
+    """The largest frame accepted: ``max_items`` items of ``max_item_size`` (at most
+    :data:`FRAME_ITEMS_CAP` bytes of them) plus headers."""
+    return min(max_item_size * max_items, FRAME_ITEMS_CAP) + FRAME_OVERHEAD
 
 
 def check_message(frame: bytes) -> tuple[str, int, int, int]:
