@@ -49,6 +49,12 @@ FORBIDDEN = {
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
     "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
+    # Kestrel's text and thrift front ends: framing and replies over the session.
+    "kestreld.protocol.text_parser": ["kestreld.queues", "kestreld.session", "kestreld.server"],
+    "kestreld.protocol.thrift_codec": ["kestreld.queues", "kestreld.session", "kestreld.server"],
+    "kestreld.protocol.text": ["kestreld.server", "kestreld.stats"],
+    "kestreld.protocol.thrift": ["kestreld.server", "kestreld.stats"],
+    "kestreld.session.open_ids": ["kestreld.protocol", "kestreld.server"],
 }
 
 

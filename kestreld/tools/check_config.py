@@ -62,6 +62,12 @@ def warnings(config: ServerConfig) -> list[str]:
             f"the memcache protocol listens on {config.listen_address}:{config.port}: "
             "it has no authentication; keep it on a private network behind a firewall"
         )
+        for name, port in (("text", config.text_port), ("thrift", config.thrift_port)):
+            if port:
+                out.append(
+                    f"the {name} protocol listens on {config.listen_address}:{port}: "
+                    "it has no authentication; firewall it like the memcache port"
+                )
     return out
 
 
