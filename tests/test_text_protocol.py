@@ -219,3 +219,28 @@ def test_shutdown_stops_the_server_gracefully(tmp_path):
     finally:
         c.close()
         proc.stop()
+
+
+def test_limits_apply_across_the_three_front_ends(tmp_path):
+    from kestrel_fronts import thrift_client
+    from thriftpy2.transport import TTransportException
+
+    proc = start_fronts(tmp_path / "queues", 'max_connections = 2\nclient_timeout = "1s"\n')
+    text = TextConn(proc.text_port)
+    thrift = thrift_client(proc.thrift_port)
+    try:
+        assert thrift.get_version()
+        third = TextConn(proc.text_port)
+        assert third.line() == b"-Too many connections."
+        assert third.closed()
+        third.close()
+        late = thrift_client(proc.thrift_port)
+        with pytest.raises((TTransportException, ConnectionError)):
+            late.get_version()
+        late.close()
+        # client_timeout: both idle connections are closed within a few seconds.
+        assert text.closed(timeout=10)
+    finally:
+        text.close()
+        thrift.close()
+        proc.stop()
