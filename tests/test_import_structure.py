@@ -179,6 +179,10 @@ FIELD_WRITES_ALLOWED = {
     ("kestreld/session/session.py", "f"),
     # The factory of PendingReply beside the class fills a new instance.
     ("kestreld/session/reply.py", "reply"),
+    ("kestreld/protocol/text.py", "f"),
+    ("kestreld/protocol/thrift.py", "f"),
+    # OpenIds' own private record of one held read (_Held), changed only by OpenIds.
+    ("kestreld/session/open_ids.py", "held"),
 }
 
 

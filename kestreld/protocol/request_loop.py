@@ -209,7 +209,7 @@ class RequestConnection(asyncio.Protocol):
 
     # --- the session's listener -------------------------------------------------------------
 
-    def replies_ready(self) -> None:
+    def replies_ready(self, ticket: Any = None) -> None:
         self._poke()
 
     def wait_ended(self, f: Fetch) -> None:

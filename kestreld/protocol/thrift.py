@@ -60,14 +60,19 @@ class CallError(Exception):
 class Call:
     """One framed message: checked, not decoded yet."""
 
-    __slots__ = ("frame", "method", "mtype", "seqid", "problem")
+    __slots__ = ("frame", "method", "mtype", "seqid")
 
     def __init__(self, frame: bytes) -> None:
         self.frame = frame
         self.method = ""
         self.mtype = 0
         self.seqid = 0
-        self.problem: str | None = None
+
+    def read_header(self, method: str, mtype: int, seqid: int) -> None:
+        """The message header, once the frame's walk has read it."""
+        self.method = method
+        self.mtype = mtype
+        self.seqid = seqid
 
 
 class ThriftConnection(RequestConnection):
@@ -121,9 +126,9 @@ class ThriftConnection(RequestConnection):
             self.close()
             return
         try:
-            call.method, call.mtype, call.seqid, _ = codec.check_message(call.frame)
+            call.read_header(*codec.check_message(call.frame)[:3])
         except codec.BadArguments as e:
-            call.method, call.mtype, call.seqid = e.method, e.mtype, e.seqid
+            call.read_header(e.method, e.mtype, e.seqid)
             self._answer_error(call, codec.PROTOCOL_ERROR, f"malformed arguments: {e}")
             return
         except codec.BadFrame as e:
@@ -290,8 +295,7 @@ async def peek(conn: ThriftConnection, args: Any) -> Any:
     outcome = await conn.fetch(f)
     if outcome == REFUSED:
         raise CallError(codec.INTERNAL_ERROR, f"server is {conn.server.status.value}")
-    reader = conn.server.queues.reader(name, create=False)
-    stats = reader.stats() if reader is not None else {}
+    stats = conn.session.queue_stats(name)
     return _QueueInfo(
         head_item=f.item.data if outcome == ITEM else None,  # type: ignore[union-attr]
         items=stats.get("items", 0),

@@ -194,9 +194,8 @@ def encode_reply(method: str, seqid: int, value: Any = None) -> bytes:
     buf = _Buffer()
     proto = _Protocol(buf)
     proto.write_message_begin(method, REPLY, seqid)
-    result = getattr(SERVICE, method + "_result")()
-    if value is not None:
-        result.success = value
+    result_type = getattr(SERVICE, method + "_result")
+    result = result_type() if value is None else result_type(success=value)
     result.write(proto)
     proto.write_message_end()
     return _framed(buf.getvalue())

@@ -8,6 +8,10 @@ the server runs (they start again at 1 after a restart, when every read that
 was open is back in its queue anyway: an open read is never journaled as
 consumed).
 
+A read that ``open_transaction_timeout`` (or a deleted queue) gave back first
+stays listed until its id is confirmed, aborted or its timer fires, and
+counts as not open then (its ``finished`` flag is set).
+
 Per-session counts (how many ids a session opened and are still open) let the
 front end apply ``max_open_reads`` to each session, as Kestrel counted them.
 """
@@ -65,7 +69,6 @@ class OpenIds:
         held.timer = loop.call_at(held.deadline, self._expire, id_)
         self.held[id_] = held
         self.counts[session] = self.counts.get(session, 0) + 1
-        read.owner = self  # open_transaction_timeout tells us, not the session
         return id_
 
     def confirm(self, name: str, ids: set[int]) -> asyncio.Future:
@@ -121,12 +124,6 @@ class OpenIds:
         for held in self.held.values():
             if held.holder is session:
                 held.holder = None
-
-    def open_read_timed_out(self, read: OpenRead) -> None:
-        """``open_transaction_timeout`` gave ``read`` back first: its id is closed."""
-        for id_, held in list(self.held.items()):
-            if held.read is read:
-                self._release(id_, held.name)
 
     def close(self) -> None:
         """The server stops: every held read goes back to its queue."""

@@ -412,6 +412,11 @@ class Session:
         reads = self.open_reads.get(reader) if reader is not None else None
         return len(reads) if reads else 0
 
+    def queue_stats(self, name: str) -> dict[str, int]:
+        """The counters of queue ``name`` (Kestrel's per-queue stats); empty if it is missing."""
+        reader = self.queues.reader(name, create=False)
+        return reader.stats() if reader is not None else {}
+
     def hand_over(self, name: str) -> OpenRead:
         """The read this session opened last on ``name`` leaves it, for a holder that
         outlives the session (thrift's ids, :class:`~kestreld.session.open_ids.OpenIds`):
