@@ -244,3 +244,22 @@ def test_limits_apply_across_the_three_front_ends(tmp_path):
         text.close()
         thrift.close()
         proc.stop()
+
+
+def test_acknowledged_puts_and_open_reads_survive_kill_9(tmp_path, qname):
+    proc = start_fronts(tmp_path / "queues")
+    text = TextConn(proc.text_port)
+    try:
+        assert text.put(qname, "first", "second", "third") == b"+3"
+        assert text.ask(f"get {qname}") == b":first"
+        assert text.ask(f"get {qname}") == b":second"  # first is confirmed, durably
+        proc.restart(crash=True)  # with second still open on this connection
+    finally:
+        text.close()
+    text = TextConn(proc.text_port)
+    try:
+        assert text.ask(f"get {qname}") == b":second"  # it was open: it came back
+        assert text.ask(f"get {qname}") == b":third"
+    finally:
+        text.close()
+        proc.stop()

@@ -139,7 +139,7 @@ class OpenIds:
         held.timer = None
         if self._release(id_, held.name) is None:
             return
-        log.info("auto_abort", queue=held.name, id=id_)
+        log.debug("auto_abort", queue=held.name, id=id_)
         held.read.reader.abort([held.read])
 
     def _release(self, id_: Any, name: str) -> _Held | None:
