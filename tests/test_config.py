@@ -60,6 +60,7 @@ def test_durations_accept_ms_and_units(value, expected):
         ({"port": 70000}, "port"),
         ({"text_port": 70000}, "text_port"),
         ({"thrift_port": -1}, "thrift_port"),
+        ({"port": 2229, "thrift_port": 2229}, "thrift_port"),
     ],
 )
 def test_bad_values_name_the_key(doc, key):

@@ -267,6 +267,11 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
     for key in ("port", "text_port", "thrift_port"):
         if key in server and not 0 <= server[key] <= 65535:
             raise ConfigError(f"{key}: {server[key]} is not a TCP port")
+    ports = [(k, server[k]) for k in ("port", "text_port", "thrift_port") if server.get(k)]
+    for i, (key, port) in enumerate(ports):
+        for other, other_port in ports[:i]:
+            if port == other_port:
+                raise ConfigError(f"{key}: {port} is already {other}")
     if server.get("max_line_length", 8 * KiB) < 64:
         raise ConfigError("max_line_length: must be at least 64 bytes")
 
