@@ -9,11 +9,10 @@ import time
 
 import pytest
 from kestrel_fronts import TextConn, kestrel, start_fronts, thrift_client
+from kestreld_process import Conn
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TApplicationException, TMessageType
 from thriftpy2.transport import TMemoryBuffer
-
-from kestreld.bench.process import Conn
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,7 @@ def _client(port: int):
 def run(items: int, size: int, batch: int) -> list[str]:
     from pymemcache.client.base import Client
 
-    from kestreld.bench.process import KestreldProcess
+    from kestreld.testing.process import KestreldProcess
 
     data = os.urandom(size)
     rows = [

@@ -10,11 +10,10 @@ import socket
 from pathlib import Path
 
 import thriftpy2
+from kestreld_process import KestreldProcess
 from thriftpy2.protocol import TBinaryProtocolFactory
 from thriftpy2.rpc import make_client
 from thriftpy2.transport import TFramedTransportFactory
-
-from kestreld.bench.process import KestreldProcess
 
 IDL = Path(__file__).resolve().parents[2] / "kestreld" / "protocol" / "kestrel.thrift"
 #: The IDL as a client sees it (a module of its own, not the server's).
