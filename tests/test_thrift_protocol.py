@@ -174,6 +174,8 @@ def test_get_stops_at_max_open_reads_per_session(tmp_path, qname):
         c.put(qname, [b"1", b"2", b"3"], 0)
         assert len(c.get(qname, 3, 0, 60_000)) == 2
         assert c.get(qname, 3, 0, 60_000) == []
+        c.put(qname + "_b", [b"other queue"], 0)
+        assert len(c.get(qname + "_b", 1, 0, 60_000)) == 1  # counted per queue
     finally:
         c.close()
         proc.stop()
@@ -240,6 +242,22 @@ def test_status_is_read_and_set(client, qname):
     finally:
         client.set_status(Status.UP)
     assert client.put(qname, [b"ok"], 0) == 1
+
+
+def test_quiescent_refuses_reads_but_confirms_still_close(client, qname):
+    Status = kestrel.Status
+    client.put(qname, [b"a", b"b"], 0)
+    [item] = client.get(qname, 1, 0, 60_000)
+    client.set_status(Status.QUIESCENT)
+    try:
+        with pytest.raises(TApplicationException, match="QUIESCENT"):
+            client.get(qname, 1, 0, 0)
+        with pytest.raises(TApplicationException, match="QUIESCENT"):
+            client.peek(qname)
+        assert client.confirm(qname, {item.id}) == 1  # a drain may finish its reads
+    finally:
+        client.set_status(Status.UP)
+    assert [i.data for i in client.get(qname, 5, 0, 0)] == [b"b"]
 
 
 def test_get_version(client):

@@ -239,7 +239,9 @@ async def get(conn: ThriftConnection, args: Any) -> list:
     loop = conn.server.loop
     deadline = loop.time() + timeout / 1000 if timeout > 0 else 0.0
     opening = auto_abort > 0
-    limit = session.max_open_reads() - _open_ids(conn).count(session) if opening else max_items
+    limit = (
+        session.max_open_reads() - _open_ids(conn).count(session, name) if opening else max_items
+    )
     items: list[bytes] = []
     confirms: list[PendingReply] = []
     while len(items) < min(max_items, limit):

@@ -12,8 +12,9 @@ A read that ``open_transaction_timeout`` (or a deleted queue) gave back first
 stays listed until its id is confirmed, aborted or its timer fires, and
 counts as not open then (its ``finished`` flag is set).
 
-Per-session counts (how many ids a session opened and are still open) let the
-front end apply ``max_open_reads`` to each session, as Kestrel counted them.
+Per-session counts (how many ids a session opened on a queue and are still
+open) let the front end apply ``max_open_reads`` per session and queue, as
+Kestrel counted them.
 """
 
 from __future__ import annotations
@@ -48,14 +49,14 @@ class OpenIds:
         self.loop = loop
         self.next_id = 1
         self.held: dict[int, _Held] = {}
-        self.counts: dict[Any, int] = {}  # session -> ids it opened, still open
+        self.counts: dict[tuple[Any, str], int] = {}  # (session, queue) -> ids still open
 
     def __len__(self) -> int:
         return len(self.held)
 
-    def count(self, session: Any) -> int:
-        """How many ids ``session`` opened that are still open."""
-        return self.counts.get(session, 0)
+    def count(self, session: Any, name: str) -> int:
+        """How many ids ``session`` opened on queue ``name`` that are still open."""
+        return self.counts.get((session, name), 0)
 
     def adopt(self, read: OpenRead, name: str, session: Any, auto_abort_ms: int) -> int:
         """Hold ``read`` (opened by ``session``) under a new id, aborted after
@@ -68,7 +69,8 @@ class OpenIds:
         held.deadline = loop.time() + auto_abort_ms / 1000
         held.timer = loop.call_at(held.deadline, self._expire, id_)
         self.held[id_] = held
-        self.counts[session] = self.counts.get(session, 0) + 1
+        key = (session, name)
+        self.counts[key] = self.counts.get(key, 0) + 1
         return id_
 
     def confirm(self, name: str, ids: set[int]) -> asyncio.Future:
@@ -120,7 +122,8 @@ class OpenIds:
     def session_ended(self, session: Any) -> None:
         """``session`` is gone: its ids stay open (until confirmed or auto-aborted), but
         no longer count against a session."""
-        self.counts.pop(session, None)
+        for key in [k for k in self.counts if k[0] is session]:
+            del self.counts[key]
         for held in self.held.values():
             if held.holder is session:
                 held.holder = None
@@ -149,13 +152,13 @@ class OpenIds:
         del self.held[id_]
         if held.timer is not None:
             held.timer.cancel()
-        holder = held.holder
-        if holder is not None:
-            left = self.counts.get(holder, 0) - 1
+        if held.holder is not None:
+            key = (held.holder, held.name)
+            left = self.counts.get(key, 0) - 1
             if left > 0:
-                self.counts[holder] = left
+                self.counts[key] = left
             else:
-                self.counts.pop(holder, None)
+                self.counts.pop(key, None)
         if held.read.finished:
             return None  # given back meanwhile (the queue was deleted, or timed out)
         return held
@@ -168,5 +171,6 @@ class OpenIds:
         assert loop is not None
         self.held[id_] = held
         if held.holder is not None:
-            self.counts[held.holder] = self.counts.get(held.holder, 0) + 1
+            key = (held.holder, held.name)
+            self.counts[key] = self.counts.get(key, 0) + 1
         held.timer = loop.call_at(held.deadline, self._expire, id_)
