@@ -83,11 +83,14 @@ class ThriftConnection(RequestConnection):
     def __init__(self, server: ServerState) -> None:
         super().__init__(server)
         self.buf = bytearray()
+        self.lost_step = False  # a frame over the bound: the stream cannot be followed
         self.max_frame = codec.max_frame_size(server.config.default_queue.max_item_size)
 
     # --- framing --------------------------------------------------------------------------
 
     def parse(self, data: bytes) -> list[Any]:
+        if self.lost_step:
+            return []
         buf = self.buf
         buf += data
         calls: list[Any] = []
@@ -98,6 +101,7 @@ class ThriftConnection(RequestConnection):
             if size < 0 or size > self.max_frame:
                 calls.append(f"frame of {size} bytes (at most {self.max_frame})")
                 buf.clear()
+                self.lost_step = True  # the close follows once the calls before it are answered
                 return calls
             if end - pos - 4 < size:
                 break
