@@ -322,6 +322,9 @@ def installed(image, production, tmp_path_factory) -> Installed:
     for key, value in [
         ("listen_address", '"127.0.0.1"'),
         ("port", str(port)),
+        # Kestrel's text and thrift ports: free ones too (2222/2229 may be taken here).
+        ("text_port", str(free_port())),
+        ("thrift_port", str(free_port())),
         ("queue_path", json.dumps(str(queue_path))),
         ("metrics_port", str(metrics_port)),
     ]:
