@@ -155,11 +155,15 @@ class QueueCollection:
     def flush(self, full_name: str) -> None:
         reader = self.reader(full_name, create=False)
         if reader is not None:
+            items = reader.items
             reader.flush()
+            log.info("queue_flushed", queue=full_name, items=items)
 
     def flush_all(self) -> None:
         for reader in self.readers():
+            items = reader.items
             reader.flush()
+            log.info("queue_flushed", queue=reader.full_name, items=items)
 
     def flush_expired(self, full_name: str) -> int:
         reader = self.reader(full_name, create=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
 
 import structlog
@@ -28,6 +29,12 @@ log = structlog.get_logger("kestreld.queues")
 #: A put waiting for its batch: the item, where it is, and the fanout readers
 #: that were full when it was put (they drop it), or None.
 _Put = tuple[QueueItem, Segment, int, "frozenset[Reader] | None"]
+
+
+#: Called with (queue name, seconds since its write batch began, puts, their bytes) when
+#: puts are acknowledged: the admin port's per-queue set latency and put counts.  None
+#: when nobody watches.
+stored_observer: Callable[[str, float, int, int], None] | None = None
 
 
 class QueueFull(Exception):
@@ -196,6 +203,8 @@ class JournaledQueue:
                     reader.drop(item.id)
                 else:
                     reader.offer(item, None, 0, now)
+            if stored_observer is not None:
+                stored_observer(self.name, 0.0, 1, len(data))
             return None
         id_, seg, offset, batch = journal.put(now, data, expire_time)
         # Readers get the item once its batch is acknowledged (written, or fsynced
@@ -232,6 +241,8 @@ class JournaledQueue:
                     item = put[0]
                     reader.commit(item.id)
             return
+        if stored_observer is not None:
+            stored_observer(self.name, time.perf_counter() - batch.started, len(puts), nbytes)
         now = int(time.time() * 1000)
         for put in puts:
             item = put[0]

@@ -69,6 +69,7 @@ cdef class Reader:
     @cython.locals(item=QueueItem)
     cpdef peek(self, object now)
     cpdef _removed(self, QueueItem item, object now)
+    cpdef _delivered(self, QueueItem item, object now)
 
     @cython.locals(read=OpenRead)
     cpdef OpenRead open(self, QueueItem item)

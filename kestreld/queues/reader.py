@@ -38,6 +38,11 @@ log = structlog.get_logger("kestreld.queues")
 #: Most bytes read back from the journal in one refill (keeps the event loop responsive).
 REFILL_CHUNK = 1024 * 1024
 
+#: Called with (reader's full name, ms the item waited) at every hand-off of an item to a
+#: consumer (a get, or a waiter served by a put or a give-back); the admin port's delivery
+#: latency histograms.  None when nobody watches.
+delivery_observer: Callable[[str, int], None] | None = None
+
 
 class OpenRead:
     """An item handed out tentatively; confirmed (close) or given back (abort)."""
@@ -227,7 +232,7 @@ class Reader:
             memory = self.memory
             if seg is None or self.mem_bytes + size <= self.cfg_max_memory or not memory.items:
                 if memory.hand_off(item):
-                    self._removed(item, now)
+                    self._delivered(item, now)
                 else:
                     memory.items.append(item)
                     self.mem_bytes += size
@@ -282,7 +287,7 @@ class Reader:
         """Remove and return the head item (None when empty)."""
         item = self._pop(now)
         if item is not None:
-            self._removed(item, now)
+            self._delivered(item, now)
         return item
 
     def peek(self, now: int) -> QueueItem | None:
@@ -310,6 +315,15 @@ class Reader:
         self.items -= 1
         self.bytes -= len(item.data)
         self.age = max(0, now - item.add_time)
+
+    def _delivered(self, item: QueueItem, now: int) -> None:
+        """Removed because a consumer got it (not discarded): its wait is a delivery latency."""
+        self.items -= 1
+        self.bytes -= len(item.data)
+        age = self.age = max(0, now - item.add_time)
+        observe = delivery_observer
+        if observe is not None:
+            observe(self.full_name, age)
 
     # --- reliable reads -----------------------------------------------------------------
 
@@ -383,7 +397,7 @@ class Reader:
             self.items += 1
             self.bytes += len(item.data)
             if self.memory.hand_off(item):
-                self._removed(item, now)
+                self._delivered(item, now)
             else:
                 rest.append(item)
         self.memory.items.extendleft(reversed(rest))
