@@ -354,8 +354,8 @@ def _fetch(
     item = reader.peek(now) if opts.peek else reader.take(now)
     if item is not None:
         stats.get_hits += 1
-        if server.latency_observer is not None:
-            server.latency_observer("get_hit", 0.0)
+        if server.latency_observer is not None:  # [latency hook: per-reader get_hit]
+            server.latency_observer("get_hit", 0.0, reader.full_name)
         tail = VALUE_END if single else CRLF
         deliver(conn, reader, key, item, opts.open, opts.peek, tail, with_cas, reply)
         return single
@@ -385,7 +385,11 @@ def _on_item(
     item = None if fut.cancelled() else fut.result()
     observe = conn.server.latency_observer
     if observe is not None and not conn.closing:
-        observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - started)
+        observe(  # [latency hook: per-reader get_hit / get_timeout]
+            "get_hit" if item is not None else "get_timeout",
+            time.perf_counter() - started,
+            reader.full_name,
+        )
     reply, conn.waiting_reply = conn.waiting_reply, None
     if conn.closing or (reply is not None and reply.failed):
         if item is not None:
@@ -434,6 +438,8 @@ def deliver(
     memcache clients expect; no command takes it back.
     """
     data = item.data
+    if not peek and conn.trace is not None:  # [trace hook 5: items taken]
+        conn.trace.taken()
     if with_cas:
         header = b"VALUE %s 0 %d %d\r\n" % (key, len(data), item.id)
     else:

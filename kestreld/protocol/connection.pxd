@@ -29,6 +29,7 @@ cdef class Connection(Sink):
     cdef public object put_target
     cdef public object waiting_reply
     cdef public object confirm_ticket
+    cdef public object trace
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1

@@ -82,6 +82,7 @@ class Connection(Sink):
         "put_target",
         "waiting_reply",
         "confirm_ticket",
+        "trace",
     )
 
     def __init__(self, server: ServerState) -> None:
@@ -110,6 +111,8 @@ class Connection(Sink):
         #: The held reply of a ``/close`` whose get now waits for an item (it goes out with it).
         self.waiting_reply: ConfirmReply | None = None
         self.confirm_ticket: Any = None  # the last confirm batch this connection listens to
+        #: The session's trace (kestreld.stats.trace.TracedSession) with enable_session_trace.
+        self.trace: Any = None
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
@@ -125,6 +128,8 @@ class Connection(Sink):
             return
         server.connections.add(self)
         self.stats.total_connections += 1
+        if server.session_trace is not None:  # [trace hook 1: session start]
+            self.trace = server.session_trace.start(self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -133,7 +138,9 @@ class Connection(Sink):
             log.info("connection_error", peer=self.peer, error=str(exc))
         if self.waiting is not None and not self.waiting.done():
             self.waiting.cancel()
-        self.release_open_reads()
+        given_back = self.release_open_reads()
+        if self.trace is not None:  # [trace hook 2: session end]
+            self.trace.end(given_back)
 
     def closing_soon(self) -> None:
         """The server is stopping: take no new request, but still send pending replies."""
@@ -143,11 +150,14 @@ class Connection(Sink):
             self.read_paused = True
             self.transport.pause_reading()
 
-    def release_open_reads(self) -> None:
-        """Every open read goes back to the head of its queue, in original order."""
+    def release_open_reads(self) -> int:
+        """Every open read goes back to the head of its queue, in original order; how many."""
         reads, self.open_reads = self.open_reads, {}
+        count = 0
         for reader, queue in reads.items():
+            count += len(queue)
             reader.abort(list(queue))
+        return count
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -211,8 +221,15 @@ class Connection(Sink):
 
     def process(self, data: bytes) -> None:
         """Run every complete request in ``data``; the framing keeps the rest."""
-        self.framing.parse(self, data)
-        self.flush_out()
+        trace = self.trace
+        if trace is not None:  # [trace hook 3: queue events carry the client]
+            trace.running()
+        try:
+            self.framing.parse(self, data)
+            self.flush_out()
+        finally:
+            if trace is not None:
+                trace.idle()
         if self.eof:
             self._finish_if_eof()
 
@@ -243,6 +260,8 @@ class Connection(Sink):
             # must see them (a get after a set gets the item), so wait.
             self.held = True
             return LATER
+        if self.trace is not None:  # [trace hook 4: count the command]
+            self.trace.command(command.word)
         out = self.out
         mark = len(out) if quiet else 0
         try:
@@ -259,6 +278,8 @@ class Connection(Sink):
         """The line of a request with a data block: read the block (KEEP) or skip it."""
         if self.waiting is not None or self.held or self.write_paused or self.closing:
             return LATER
+        if self.trace is not None:  # [trace hook 4: count the command]
+            self.trace.command(command.word)
         out = self.out
         mark = len(out) if quiet else 0
         try:
