@@ -43,8 +43,11 @@ class ServerState(Protocol):
     status: ServerStatus
     connections: set[Any]
     loop: asyncio.AbstractEventLoop
-    #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
-    latency_observer: Callable[[str, float], None] | None
+    #: Called with (kind, seconds[, queue or reader name]) for "set", "get_hit" and
+    #: "get_timeout" (metrics).
+    latency_observer: Callable[..., None] | None
+    #: kestreld.stats.trace.SessionTrace with enable_session_trace, else None.
+    session_trace: Any
 
     def render_stats(self) -> bytes: ...
 

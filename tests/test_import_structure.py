@@ -38,6 +38,8 @@ FORBIDDEN = {
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
     "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
+    "kestreld.admin.http": ["kestreld.protocol", "kestreld.server"],
+    "kestreld.stats.trace": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
 }
 
 
@@ -103,6 +105,10 @@ DIRECT_FORBIDDEN = [
     ("kestreld.queues", "kestreld.server"),
     ("kestreld.journal", "kestreld.queues"),
     ("kestreld.journal", "kestreld.protocol"),
+    ("kestreld.admin", "kestreld.protocol"),  # the admin port sees the server as state
+    ("kestreld.admin", "kestreld.server"),
+    ("kestreld.queues", "kestreld.admin"),
+    ("kestreld.stats", "kestreld.admin"),
 ]
 
 

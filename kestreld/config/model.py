@@ -102,6 +102,22 @@ def _parse_queue_ref(key: str, value: Any) -> str:
 
 # How each key's value is read, and whether 0 means "unset" for optional limits.
 _SIZE, _DURATION, _BOOL, _INT, _STR, _QUEUE = "size", "duration", "bool", "int", "str", "queue"
+
+
+def _parse_patterns(key: str, value: Any) -> tuple[str, ...]:
+    """A list of regular expressions (``stats_filters``), each checked to compile."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of regular expressions (strings)")
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ConfigError(f"{key}: {pattern!r} is not a regular expression: {e}") from None
+    return tuple(value)
+
+
+_PATTERNS = "patterns"
+
 _PARSERS = {
     _SIZE: parse_size,
     _DURATION: parse_duration,
@@ -109,6 +125,7 @@ _PARSERS = {
     _INT: _parse_int,
     _STR: _parse_str,
     _QUEUE: _parse_queue_ref,
+    _PATTERNS: _parse_patterns,
 }
 
 
@@ -171,6 +188,14 @@ class ServerConfig:
     metrics_address: str | None = None  # defaults to listen_address
     log_level: str = "info"
     log_format: str = "console"
+    # --- admin port (docs/operations.md#the-admin-port) ---
+    #: Bearer token the admin port's changing requests (/reload, /quiesce, /shutdown) need;
+    #: without one they are accepted only when the admin port listens on loopback.
+    admin_token: str | None = None
+    #: Kestrel's session trace: an event per client session start and end.
+    enable_session_trace: bool = False
+    #: Stat names (regular expressions, whole-name match) /stats.json?filtered=1 leaves out.
+    stats_filters: tuple[str, ...] = ()
     default_queue: QueueConfig = field(default_factory=QueueConfig)
     queues: dict[str, QueueConfig] = field(default_factory=dict)  # explicit [queues.X] tables
     source: str | None = None  # the file this was read from
@@ -205,7 +230,12 @@ SERVER_KEYS: dict[str, str] = {
     "metrics_address": _STR,
     "log_level": _STR,
     "log_format": _STR,
+    "admin_token": _STR,
+    "enable_session_trace": _BOOL,
+    "stats_filters": _PATTERNS,
 }
+#: Other names of server keys: the metrics port is the admin port too.
+SERVER_KEY_ALIASES = {"admin_port": "metrics_port", "admin_address": "metrics_address"}
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -246,6 +276,10 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
     defaults: dict[str, Any] = {}
     tables: dict[str, Any] = {}
     for key, raw in doc.items():
+        if key in SERVER_KEY_ALIASES:
+            if SERVER_KEY_ALIASES[key] in doc:
+                raise ConfigError(f"{key}: same setting as {SERVER_KEY_ALIASES[key]}; give one")
+            key = SERVER_KEY_ALIASES[key]
         if key == "queues":
             if not isinstance(raw, dict):
                 raise ConfigError("queues: expected tables like [queues.NAME]")
@@ -262,6 +296,8 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         raise ConfigError("log_format: expected console or json")
     if "port" in server and not 0 <= server["port"] <= 65535:
         raise ConfigError(f"port: {server['port']} is not a TCP port")
+    if server.get("admin_token") is not None and len(server["admin_token"]) < 16:
+        raise ConfigError("admin_token: at least 16 characters (a random string)")
     if server.get("max_line_length", 8 * KiB) < 64:
         raise ConfigError("max_line_length: must be at least 64 bytes")
 
