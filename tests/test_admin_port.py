@@ -228,8 +228,9 @@ def test_period_60_gives_the_last_minutes_deltas(make_server):
     assert minute["counters"]["cmd_set"] == 1
     assert total["metrics"]["q/minute/delivery_latency_msec"]["count"] == 2
     assert minute["metrics"]["q/minute/delivery_latency_msec"]["count"] == 1
-    # the item handed out waited the whole minute and more
-    assert minute["metrics"]["q/minute/delivery_latency_msec"]["minimum"] >= 60_000
+    # the item handed out in the window waited the whole minute and more
+    assert minute["metrics"]["q/minute/delivery_latency_msec"]["minimum"] >= 50_000
+    assert minute["metrics"]["q/minute/delivery_latency_msec"]["p50"] >= 60_000
 
 
 @pytest.mark.parametrize("period", ["0", "61", "x", "-5"])

@@ -39,7 +39,6 @@ FORBIDDEN = {
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
     "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
     "kestreld.admin.http": ["kestreld.protocol", "kestreld.server"],
-    "kestreld.stats.trace": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
 }
 
 

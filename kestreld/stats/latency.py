@@ -78,8 +78,8 @@ class LatencyHistogram:
     def minus(self, earlier: LatencyHistogram | None) -> LatencyHistogram:
         """What was observed since ``earlier`` (a copy of this one taken before).
 
-        Min and max are those of the whole life when anything was observed since:
-        buckets can be subtracted, extremes cannot.
+        Extremes cannot be subtracted: min and max are those of the whole life,
+        narrowed to the bounds of the lowest and highest bucket counted since.
         """
         if earlier is None or not earlier.count:
             return self
@@ -88,7 +88,11 @@ class LatencyHistogram:
         delta.count = self.count - earlier.count
         delta.total = self.total - earlier.total if delta.count else 0.0
         if delta.count:
-            delta.low, delta.high = self.low, self.high
+            counted = [i for i, n in enumerate(delta.counts) if n]
+            first, last = counted[0], counted[-1]
+            floor = self.bounds[first - 1] if first else 0.0
+            ceiling = self.bounds[last] if last < len(self.bounds) else self.high
+            delta.low, delta.high = max(self.low, floor), min(self.high, ceiling)
         return delta
 
     def percentile(self, fraction: float) -> float:
