@@ -418,13 +418,13 @@ def test_a_slow_scraper_never_slows_the_memcache_port(make_server):
         stalled.append(sock)
     dribbler = socket.create_connection((host, port))
     dribbler.sendall(b"GET /stats.json HTTP/1.1\r\n")  # and one that never finishes asking
-    worst = 0.0
+    took = []
     try:
         for i in range(200):
             started = time.monotonic()
             assert c.set("slow_main", str(i)) == b"STORED"
             assert c.get("slow_main") == str(i).encode()
-            worst = max(worst, time.monotonic() - started)
+            took.append(time.monotonic() - started)
         status, _, _ = http(proc, "/ping")  # and the admin port still answers others
         assert status == 200
     finally:
@@ -432,7 +432,11 @@ def test_a_slow_scraper_never_slows_the_memcache_port(make_server):
             sock.close()
         dribbler.close()
         c.close()
-    assert worst < 0.5, f"a set and get took {worst:.3f} s while scrapers stalled"
+    took.sort()
+    # A stuck scraper that held the loop would stall every request; a loaded machine
+    # (the suite shares its cores) may delay a few, so the median and the sum judge.
+    assert took[len(took) // 2] < 0.05, f"median set+get {took[len(took) // 2]:.3f} s"
+    assert sum(took) < 20, f"200 set+get took {sum(took):.1f} s while scrapers stalled"
 
 
 def test_many_connections_at_once_get_503_not_a_stall(admin):
