@@ -75,7 +75,6 @@ PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999"
 #: Per-queue metrics: ostrich suffix -> (QUEUE_KINDS kind, unit per second).
 QUEUE_METRICS = {
     "set_latency_usec": ("set", _USEC),
-    "get_hit_latency_usec": ("get_hit", _USEC),
     "get_timeout_msec": ("get_timeout", _MSEC),
     "delivery_latency_msec": ("delivery", _MSEC),
 }
@@ -86,7 +85,7 @@ def global_metrics(latency: LatencyHistograms) -> dict[str, tuple[LatencyHistogr
         "set_latency_usec": (latency.requests["set"], _USEC),
         "get_hit_latency_usec": (latency.requests["get_hit"], _USEC),
         "get_timeout_msec": (latency.requests["get_timeout"], _MSEC),
-        "delivery_latency_msec": (latency.delivery, _MSEC),
+        "delivery_latency_msec": (latency.delivery(), _MSEC),
         "fsync_delay_usec": (latency.fsync, _USEC),
     }
 

@@ -354,8 +354,8 @@ def _fetch(
     item = reader.peek(now) if opts.peek else reader.take(now)
     if item is not None:
         stats.get_hits += 1
-        if server.latency_observer is not None:  # [latency hook: per-reader get_hit]
-            server.latency_observer("get_hit", 0.0, reader.full_name)
+        if server.latency_observer is not None:
+            server.latency_observer("get_hit", 0.0)
         tail = VALUE_END if single else CRLF
         deliver(conn, reader, key, item, opts.open, opts.peek, tail, with_cas, reply)
         return single
@@ -385,7 +385,7 @@ def _on_item(
     item = None if fut.cancelled() else fut.result()
     observe = conn.server.latency_observer
     if observe is not None and not conn.closing:
-        observe(  # [latency hook: per-reader get_hit / get_timeout]
+        observe(  # [latency hook: per-reader get_timeout]
             "get_hit" if item is not None else "get_timeout",
             time.perf_counter() - started,
             reader.full_name,
