@@ -211,7 +211,10 @@ class AdminServer:
                 limits[r.full_name] = (r.config.max_items, r.config.max_size)
             if "" not in q.readers:
                 limits[q.name] = (q.config.max_items, q.config.max_size)
-        return AdminSnapshot(StatsSnapshot.take(self.server), self.latency.snapshot(), limits)
+        samples = self.window.samples
+        previous = samples[-1].latency if samples else None
+        latency = self.latency.snapshot(previous)
+        return AdminSnapshot(StatsSnapshot.take(self.server), latency, limits)
 
     def take_sample(self) -> None:
         snapshot = self.snapshot()

@@ -217,16 +217,25 @@ class LatencyHistograms(Collector):
             for name in [n for n in by_name if n not in alive]:
                 del by_name[name]
 
-    def snapshot(self) -> LatencyHistograms:
-        """A frozen copy to encode on another thread while this one keeps counting."""
+    def snapshot(self, previous: LatencyHistograms | None = None) -> LatencyHistograms:
+        """A frozen copy to encode on another thread while this one keeps counting.
+
+        With ``previous`` (an earlier snapshot, never changed since) a histogram that
+        counted nothing since is shared, not copied: the admin port samples every
+        few seconds, and most queues of a large server are quiet.
+        """
         copy = LatencyHistograms()
         copy.requests = {kind: h.copy() for kind, h in self.requests.items()}
         copy.fsync = self.fsync.copy()
         copy.put_bytes = self.put_bytes.copy()
-        copy.queues = {
-            kind: {name: h.copy() for name, h in by_name.items()}
-            for kind, by_name in self.queues.items()
-        }
+        for kind, by_name in self.queues.items():
+            before = previous.queues[kind] if previous is not None else {}
+            frozen = copy.queues[kind]
+            for name, histogram in by_name.items():
+                old = before.get(name)
+                frozen[name] = (
+                    old if old is not None and old.count == histogram.count else (histogram.copy())
+                )
         copy.delivered = copy.queues["delivery"]
         return copy
 
