@@ -303,7 +303,9 @@ class Server:
         await asyncio.sleep(0)
         for conn in list(self.connections):
             conn.closing = True
-            conn.release_open_reads()
+            given_back = conn.release_open_reads()
+            if conn.trace is not None:  # [trace hook 6: the shutdown ends the session]
+                conn.trace.end(given_back)
             if conn.waiting is not None and not conn.waiting.done():
                 conn.waiting.cancel()
             if conn.transport is not None:

@@ -66,3 +66,15 @@ def test_without_the_trace_sessions_are_not_logged(make_server):
     time.sleep(0.2)
     assert proc.events("session_started") == [] and proc.events("session_ended") == []
     assert "client" not in proc.events("queue_created")[-1]
+
+
+def test_a_shutdown_ends_every_traced_session_with_its_open_reads(make_server):
+    proc = make_server("enable_session_trace = true\n")
+    c = Conn(proc.connect())
+    assert c.set("held", "x") == b"STORED"
+    c.send("get held/open\r\n")
+    assert c.read_value() == b"x"
+    proc.stop()
+    ended = wait_for_events(proc, "session_ended")[-1]
+    assert ended["open_reads_given_back"] == 1
+    c.close()
