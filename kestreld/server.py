@@ -21,11 +21,12 @@ from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
+from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
+from kestreld.session.trace import SessionTrace
 from kestreld.state import ServerStatus, StartupError, load_status, save_status
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
-from kestreld.stats.trace import SessionTrace
 
 log = structlog.get_logger("kestreld.server")
 
@@ -121,7 +122,7 @@ class Server:
             )
             try:
                 self._server = await self.loop.create_server(
-                    lambda: MemcacheConnection(self),
+                    lambda: MemcacheConnection(self, COMMANDS, UNKNOWN),
                     self.config.listen_address,
                     self.config.port,
                     reuse_address=True,
@@ -193,12 +194,11 @@ class Server:
         timeout = self.config.client_timeout
         if not timeout:
             return
-        limit = time.monotonic() - timeout / 1000
+        now = time.monotonic()
         for conn in list(self.connections):
-            if conn.waiting is None and conn.last_active <= limit and conn.transport is not None:
+            if conn.idle_for(now) * 1000 >= timeout:
                 log.info("idle_connection_closed", peer=conn.peer)
-                conn.closing = True
-                conn.transport.close()
+                conn.close()
 
     # --- commands -----------------------------------------------------------------------
 
@@ -289,27 +289,23 @@ class Server:
             task.cancel()
         if self.metrics is not None:
             await self.metrics.stop()
-        # Acknowledge what is already journaled before the connections go:
-        # pending STORED replies are written out, not dropped (a dropped one
-        # would make its producer retry an item that is already stored).
+        # Every connection takes no new request, answers a wait in progress and
+        # sends every reply it promised before it closes (one close path): the
+        # journals are synced so pending STORED and confirm replies resolve.  A
+        # dropped STORED would make its producer retry an item already stored.
         for conn in list(self.connections):
-            conn.closing_soon()
+            conn.close()
         journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
         for journal in journals:
             journal.sync_now()
         deadline = time.monotonic() + 2.0
         while any(j.syncing for j in journals) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)  # background fsyncs resolve their batches
-        await asyncio.sleep(0)
+        deadline = time.monotonic() + 2.0
+        while any(not c.finished() for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
-            conn.closing = True
-            given_back = conn.release_open_reads()
-            if conn.trace is not None:  # [trace hook 6: the shutdown ends the session]
-                conn.trace.end(given_back)
-            if conn.waiting is not None and not conn.waiting.done():
-                conn.waiting.cancel()
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close_now()
         await asyncio.sleep(0)
         self.queues.close()
         self.executor.shutdown(wait=True)

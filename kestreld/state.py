@@ -46,7 +46,7 @@ class ServerState(Protocol):
     #: Called with (kind, seconds[, queue or reader name]) for "set", "get_hit" and
     #: "get_timeout" (metrics).
     latency_observer: Callable[..., None] | None
-    #: kestreld.stats.trace.SessionTrace with enable_session_trace, else None.
+    #: kestreld.session.trace.SessionTrace with enable_session_trace, else None.
     session_trace: Any
 
     def render_stats(self) -> bytes: ...

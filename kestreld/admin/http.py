@@ -149,9 +149,9 @@ class AdminServer:
             _is_loopback(sock.getsockname()[0]) for sock in self._listener.sockets
         )
         self.server.latency_observer = self.latency.observe_request
-        periodic_sync.fsync_observer = self.latency.observe_fsync
-        reader.delivery_observer = self.latency.observe_delivery
-        journaled_queue.stored_observer = self.latency.observe_stored
+        periodic_sync.observe_fsyncs(self.latency.observe_fsync)
+        reader.observe_deliveries(self.latency.observe_delivery)
+        journaled_queue.observe_stores(self.latency.observe_stored)
         self.take_sample()
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         sock = self._listener.sockets[0].getsockname()
@@ -178,12 +178,15 @@ class AdminServer:
         """Stop listening, let answers in progress finish (1 s), unhook the observers."""
         if self.server.latency_observer == self.latency.observe_request:
             self.server.latency_observer = None
-        if periodic_sync.fsync_observer == self.latency.observe_fsync:
-            periodic_sync.fsync_observer = None
-        if reader.delivery_observer == self.latency.observe_delivery:
-            reader.delivery_observer = None
-        if journaled_queue.stored_observer == self.latency.observe_stored:
-            journaled_queue.stored_observer = None
+        # Unhook ours; another server's observers (tests run several) stay.
+        for observe, ours in (
+            (periodic_sync.observe_fsyncs, self.latency.observe_fsync),
+            (reader.observe_deliveries, self.latency.observe_delivery),
+            (journaled_queue.observe_stores, self.latency.observe_stored),
+        ):
+            previous = observe(None)
+            if previous != ours:
+                observe(previous)
         if self._sampler is not None:
             self._sampler.cancel()
         if self._listener is None:

@@ -1,13 +1,18 @@
 """Session trace (Kestrel's ``enable_session_trace``): one event when a client session
 starts and one when it ends, and the client's address on the queue events it causes.
 
-A connection asks :meth:`SessionTrace.start` for a :class:`TracedSession` when it is
-made (only when the trace is on: otherwise it holds None and pays nothing), tells it
-each command word it runs and each item it takes, and ends it with the number of open
-reads it gave back.  While the session's requests run (:meth:`TracedSession.running`),
-every log event carries ``client`` and ``session``: ``queue_created``,
-``queue_deleted``, ``reader_deleted`` and ``queue_flushed`` come from the queue layer,
-which knows no clients.
+The server holds a :class:`SessionTrace` while the trace is on (None otherwise).  A
+:class:`~kestreld.session.session.Session` asks it for a :class:`TracedSession` when
+its front end accepts the client (:meth:`Session.begin`); with the trace off the
+session holds None and each place below costs one ``is not None`` check.  The session
+counts the items it hands out (a get, open or plain, and monitor items; not a peek)
+and ends the trace in :meth:`Session.close` with the open reads it gave back (every
+way a session ends passes there, a server stop included).  The front end counts each
+command word it dispatches and runs a batch of requests between
+:meth:`TracedSession.running` and :meth:`TracedSession.idle`: meanwhile every log event
+carries ``client`` and ``session`` (``queue_created``, ``queue_deleted``,
+``reader_deleted`` and ``queue_flushed`` come from the queue layer, which knows no
+clients).  So every front end on the session layer gets the trace.
 
 Events: ``session_started`` (session, client) and ``session_ended`` (session, client,
 seconds, commands: {word: count}, items_taken, open_reads_given_back).
@@ -63,7 +68,7 @@ class TracedSession:
         unbind_contextvars(*_CONTEXT_KEYS)
 
     def end(self, open_reads_given_back: int) -> None:
-        """The connection is gone (logged once)."""
+        """The session is over (logged once)."""
         if self.ended:
             return
         self.ended = True
