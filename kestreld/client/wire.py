@@ -19,7 +19,7 @@ from kestreld.client.errors import (
     ProtocolViolation,
     ServerError,
 )
-from kestreld.journal.files import split_queue_name
+from kestreld.names import split_queue_name
 
 #: memcache's key limit, which pymemcache enforces.
 MAX_KEY_LENGTH = 250
