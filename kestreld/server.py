@@ -38,6 +38,7 @@ from kestreld.security import (
 )
 from kestreld.security.tls_stream import TlsStream
 from kestreld.session.open_ids import OpenIds
+from kestreld.session.trace import SessionTrace
 from kestreld.state import ServerStatus, StartupError, load_status, save_status
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
 
@@ -99,7 +100,11 @@ class Server:
         #: The users of auth_file; None: clients need not authenticate (Kestrel's way).
         self.authenticator: Authenticator | None = None
         #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
-        self.latency_observer: Callable[[str, float], None] | None = None
+        self.latency_observer: Callable[..., None] | None = None
+        #: Kestrel's session trace (enable_session_trace); None when off.
+        self.session_trace: SessionTrace | None = (
+            SessionTrace() if config.enable_session_trace else None
+        )
 
     # --- start-up -----------------------------------------------------------------------
 
@@ -241,12 +246,9 @@ class Server:
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
             return
-        try:
-            from kestreld.stats.metrics import MetricsServer
-        except ImportError:  # pragma: no cover - metrics module is optional at this stage
-            log.warning("metrics_unavailable")
-            return
-        self.metrics = MetricsServer(self)
+        from kestreld.admin.http import AdminServer
+
+        self.metrics = AdminServer(self)
         await self.metrics.start()
 
     @property
@@ -337,6 +339,8 @@ class Server:
             return f"config not reloaded: {error}", []
         if fresh.log_level != self.config.log_level:
             set_log_level(fresh.log_level)
+        if fresh.enable_session_trace != (self.session_trace is not None):
+            self.session_trace = SessionTrace() if fresh.enable_session_trace else None
         self.config = fresh
         self.queues.reconfigure(fresh)
         if needs_restart:

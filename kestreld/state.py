@@ -43,10 +43,13 @@ class ServerState(Protocol):
     status: ServerStatus
     connections: set[Any]
     loop: asyncio.AbstractEventLoop
-    #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
-    latency_observer: Callable[[str, float], None] | None
+    #: Called with (kind, seconds[, queue or reader name]) for "set", "get_hit" and
+    #: "get_timeout" (metrics).
+    latency_observer: Callable[..., None] | None
     #: The users of the auth file (kestreld.security.Authenticator); None: no authentication.
     authenticator: Any
+    #: kestreld.session.trace.SessionTrace with enable_session_trace, else None.
+    session_trace: Any
 
     def render_stats(self) -> bytes: ...
 

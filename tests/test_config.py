@@ -168,3 +168,19 @@ def test_text_and_thrift_ports_are_off_unless_configured():
 def test_production_config_serves_all_three_front_ends():
     cfg = load_config(str(Path(__file__).resolve().parent.parent / "config" / "production.conf"))
     assert (cfg.port, cfg.text_port, cfg.thrift_port) == (22133, 2222, 2229)
+def test_admin_keys_admin_port_is_metrics_port_and_filters_must_be_regexes():
+    cfg = build_config({"admin_port": 9999, "admin_address": "127.0.0.1"})
+    assert (cfg.metrics_port, cfg.metrics_address) == (9999, "127.0.0.1")
+    cfg = build_config(
+        {"enable_session_trace": True, "stats_filters": ["q/.*/mem_.*"], "admin_token": "x" * 16}
+    )
+    assert cfg.enable_session_trace and cfg.stats_filters == ("q/.*/mem_.*",)
+    for doc, message in (
+        ({"stats_filters": ["(unclosed"]}, "stats_filters: '(unclosed' is not a regular"),
+        ({"stats_filters": "q/.*"}, "stats_filters: expected a list"),
+        ({"admin_port": 1, "metrics_port": 2}, "admin_port: same setting as metrics_port"),
+        ({"admin_token": "short"}, "admin_token: at least 16 characters"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            build_config(doc)
+        assert message in str(e.value)

@@ -45,6 +45,14 @@ FORBIDDEN = {
         "kestreld.protocol.commands",
     ],
     "kestreld.session": ["kestreld.protocol", "kestreld.server", "kestreld.stats"],
+    # The session trace is a leaf: the server makes it, the session holds one per client.
+    "kestreld.session.trace": [
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.protocol",
+        "kestreld.server",
+        "kestreld.stats",
+    ],
     "kestreld.stats": ["kestreld.protocol", "kestreld.server"],
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
@@ -63,6 +71,7 @@ FORBIDDEN = {
     "kestreld.protocol.text": ["kestreld.server", "kestreld.stats"],
     "kestreld.protocol.thrift": ["kestreld.server", "kestreld.stats"],
     "kestreld.session.open_ids": ["kestreld.protocol", "kestreld.server"],
+    "kestreld.admin.http": ["kestreld.protocol", "kestreld.server"],
 }
 
 
@@ -138,6 +147,10 @@ DIRECT_FORBIDDEN = [
     ("kestreld.security", "kestreld.protocol"),
     ("kestreld.security", "kestreld.server"),
     ("kestreld.security", "kestreld.queues"),
+    ("kestreld.admin", "kestreld.protocol"),  # the admin port sees the server as state
+    ("kestreld.admin", "kestreld.server"),
+    ("kestreld.queues", "kestreld.admin"),
+    ("kestreld.stats", "kestreld.admin"),
 ]
 
 

@@ -90,3 +90,22 @@ def test_an_unknown_key_broken_toml_and_a_missing_file_exit_2(tmp_path):
     assert result.returncode == 2 and "not valid TOML" in result.stderr
     result = check(str(tmp_path / "missing.conf"))
     assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+def test_an_exposed_admin_port_without_a_token_is_warned_about_and_a_token_never_shown(tmp_path):
+    config = tmp_path / "k.conf"
+    config.write_text('metrics_port = 9090\nmetrics_address = "0.0.0.0"\n')
+    result = check(str(config))
+    assert result.returncode == 0, result.stderr
+    assert "admin_token is not set" in result.stdout
+    config.write_text(
+        'admin_port = 9090\nadmin_address = "0.0.0.0"\nadmin_token = "0123456789abcdef-secret"\n'
+    )
+    result = check(str(config))
+    assert result.returncode == 0, result.stderr
+    assert "admin_token is not set" not in result.stdout
+    assert sections(result.stdout)["server"]["admin_token"] == "(set)"
+    assert "0123456789abcdef-secret" not in result.stdout
+    config.write_text('admin_token = "short"\n')
+    result = check(str(config))
+    assert result.returncode == 2 and "admin_token: at least 16 characters" in result.stderr

@@ -103,6 +103,22 @@ def _parse_queue_ref(key: str, value: Any) -> str:
 
 # How each key's value is read, and whether 0 means "unset" for optional limits.
 _SIZE, _DURATION, _BOOL, _INT, _STR, _QUEUE = "size", "duration", "bool", "int", "str", "queue"
+
+
+def _parse_patterns(key: str, value: Any) -> tuple[str, ...]:
+    """A list of regular expressions (``stats_filters``), each checked to compile."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{key}: expected a list of regular expressions (strings)")
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ConfigError(f"{key}: {pattern!r} is not a regular expression: {e}") from None
+    return tuple(value)
+
+
+_PATTERNS = "patterns"
+
 _PARSERS = {
     _SIZE: parse_size,
     _DURATION: parse_duration,
@@ -110,6 +126,7 @@ _PARSERS = {
     _INT: _parse_int,
     _STR: _parse_str,
     _QUEUE: _parse_queue_ref,
+    _PATTERNS: _parse_patterns,
 }
 
 
@@ -197,6 +214,14 @@ class ServerConfig:
     auth_file: str | None = None  # users and roles; set: every client must authenticate
     max_queues: int | None = None  # queues clients may make exist; None = unlimited
     create_queue_on_get: bool = True  # a fetch from an unknown queue creates it (Kestrel)
+    # --- admin port (docs/operations.md#the-admin-port) ---
+    #: Bearer token the admin port's changing requests (/reload, /quiesce, /shutdown) need;
+    #: without one they are accepted only when the admin port listens on loopback.
+    admin_token: str | None = None
+    #: Kestrel's session trace: an event per client session start and end.
+    enable_session_trace: bool = False
+    #: Stat names (regular expressions, whole-name match) /stats.json?filtered=1 leaves out.
+    stats_filters: tuple[str, ...] = ()
     default_queue: QueueConfig = field(default_factory=QueueConfig)
     queues: dict[str, QueueConfig] = field(default_factory=dict)  # explicit [queues.X] tables
     aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # [aliases.X] destinations
@@ -247,7 +272,12 @@ SERVER_KEYS: dict[str, str] = {
     "auth_file": _STR,
     "max_queues": _INT,
     "create_queue_on_get": _BOOL,
+    "admin_token": _STR,
+    "enable_session_trace": _BOOL,
+    "stats_filters": _PATTERNS,
 }
+#: Other names of server keys: the metrics port is the admin port too.
+SERVER_KEY_ALIASES = {"admin_port": "metrics_port", "admin_address": "metrics_address"}
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -329,6 +359,10 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
     tables: dict[str, Any] = {}
     alias_tables: dict[str, Any] = {}
     for key, raw in doc.items():
+        if key in SERVER_KEY_ALIASES:
+            if SERVER_KEY_ALIASES[key] in doc:
+                raise ConfigError(f"{key}: same setting as {SERVER_KEY_ALIASES[key]}; give one")
+            key = SERVER_KEY_ALIASES[key]
         if key == "queues":
             if not isinstance(raw, dict):
                 raise ConfigError("queues: expected tables like [queues.NAME]")
@@ -355,6 +389,8 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         for other, other_port in ports[:i]:
             if port == other_port:
                 raise ConfigError(f"{key}: {port} is already {other}")
+    if server.get("admin_token") is not None and len(server["admin_token"]) < 16:
+        raise ConfigError("admin_token: at least 16 characters (a random string)")
     if server.get("max_line_length", 8 * KiB) < 64:
         raise ConfigError("max_line_length: must be at least 64 bytes")
     _check_security(server)

@@ -133,6 +133,7 @@ class Connection(Sink):
             return
         server.connections.add(self)
         self.stats.total_connections += 1
+        self.session.begin(self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         client_caused = not self.closing
@@ -208,8 +209,17 @@ class Connection(Sink):
 
     def process(self, data: bytes) -> None:
         """Run every complete request in ``data``; the framing keeps the rest."""
-        self.framing.parse(self, data)
-        self.flush_out()
+        trace = self.session.trace
+        if trace is None:
+            self.framing.parse(self, data)
+            self.flush_out()
+        else:
+            trace.running()  # the queue events of these requests name the client
+            try:
+                self.framing.parse(self, data)
+                self.flush_out()
+            finally:
+                trace.idle()
         if self.eof:
             self._finish_if_eof()
 
@@ -256,6 +266,8 @@ class Connection(Sink):
             # must see them (a get after a set gets the item), so wait.
             self.held = True
             return LATER
+        if session.trace is not None:
+            session.trace.command(command.word)
         out = self.out
         mark = len(out) if quiet else 0
         try:
@@ -280,6 +292,9 @@ class Connection(Sink):
             or self.out_size > OUTPUT_HOLD_LIMIT
         ):
             return LATER
+        trace = self.session.trace
+        if trace is not None:
+            trace.command(command.word)
         out = self.out
         mark = len(out) if quiet else 0
         try:

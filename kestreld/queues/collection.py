@@ -230,12 +230,12 @@ class QueueCollection:
         """Drop every waiting item of ``q`` or ``q+r``; the ticket to hold the reply on."""
         reader = self.reader(full_name, create=False)
         if reader is not None:
-            return reader.flush()
+            return _flush(reader, full_name)
         return None
 
     def flush_all(self) -> Batch | None:
         """Flush every reader; one ticket for all their jumps (None: nothing to wait for)."""
-        return joined([reader.flush() for reader in self.readers()])
+        return joined([_flush(reader, reader.full_name) for reader in self.readers()])
 
     def flush_expired(self, full_name: str) -> int:
         reader = self.reader(full_name, create=False)
@@ -428,3 +428,11 @@ def _run_all(jobs: list[Compaction]) -> None:
     """Every rewrite of one checkpoint round (blocking; runs off the loop)."""
     for job in jobs:
         job.run()
+
+
+def _flush(reader: Reader, full_name: str) -> Batch | None:
+    """Flush one reader and log it (with the session trace, the event names the client)."""
+    items = reader.items
+    ticket = reader.flush()
+    log.info("queue_flushed", queue=full_name, items=items)
+    return ticket

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
 
 import structlog
@@ -30,6 +31,21 @@ log = structlog.get_logger("kestreld.queues")
 #: The readers that skip it were full when it was put, or discarded it later to make
 #: room (discard_old_when_full) while it was still on its way in; they drop it.
 _Put = list
+
+
+#: Called with (queue name, seconds since its write batch began, puts, their bytes) when
+#: puts are acknowledged: the admin port's per-queue set latency and put counts.  None
+#: when nobody watches (see :func:`observe_stores`).
+stored_observer: Callable[[str, float, int, int], None] | None = None
+
+
+def observe_stores(
+    observer: Callable[[str, float, int, int], None] | None,
+) -> Callable[[str, float, int, int], None] | None:
+    """Report every acknowledged batch of puts to ``observer``; returns the previous one."""
+    global stored_observer
+    previous, stored_observer = stored_observer, observer
+    return previous
 
 
 class QueueFull(Exception):
@@ -222,6 +238,8 @@ class JournaledQueue:
                     reader.drop(item.id, size)
                 else:
                     reader.offer(item, None, 0, now)
+            if stored_observer is not None:
+                stored_observer(self.name, 0.0, 1, len(data))
             return None
         try:
             id_, seg, offset, batch = journal.put(now, data, expire_time, error_count)
@@ -303,6 +321,8 @@ class JournaledQueue:
                         reader.unskip(len(item.data))
                     reader.commit(item.id)
             return
+        if stored_observer is not None:
+            stored_observer(self.name, time.perf_counter() - batch.started, len(puts), nbytes)
         now = int(time.time() * 1000)
         for put in puts:
             item = put[0]

@@ -81,6 +81,7 @@ cdef class Reader:
     @cython.locals(item=QueueItem)
     cpdef peek(self, object now)
     cpdef _removed(self, QueueItem item, object now)
+    cpdef _delivered(self, QueueItem item, object now)
     @cython.locals(size=Py_ssize_t)
     cpdef _put_back(self, QueueItem item)
 

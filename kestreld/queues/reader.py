@@ -41,6 +41,20 @@ log = structlog.get_logger("kestreld.queues")
 #: Most bytes read back from the journal in one refill (keeps the event loop responsive).
 REFILL_CHUNK = 1024 * 1024
 
+#: Called with (reader's full name, ms the item waited) at every hand-off of an item to a
+#: consumer (a get, or a waiter served by a put or a give-back); the admin port's delivery
+#: latency histograms.  None when nobody watches (see :func:`observe_deliveries`).
+delivery_observer: Callable[[str, int], None] | None = None
+
+
+def observe_deliveries(
+    observer: Callable[[str, int], None] | None,
+) -> Callable[[str, int], None] | None:
+    """Report every delivery to ``observer`` (None: to nobody); returns the previous one."""
+    global delivery_observer
+    previous, delivery_observer = delivery_observer, observer
+    return previous
+
 
 class OpenRead:
     """An item handed out tentatively; confirmed (close) or given back (abort)."""
@@ -368,7 +382,7 @@ class Reader:
         """Remove and return the head item (None when empty)."""
         item = self._pop(now)
         if item is not None:
-            self.age = max(0, now - item.add_time)
+            self._delivered(item, now)
         return item
 
     def peek(self, now: int) -> QueueItem | None:
@@ -401,10 +415,18 @@ class Reader:
         return self.memory.wait(loop, timeout)
 
     def _removed(self, item: QueueItem, now: int) -> None:
-        """An item counted in and handed straight to a waiter: counted out."""
+        """An item counted in and handed straight to a waiter: counted out, delivered."""
         self.items -= 1
         self.bytes -= len(item.data)
-        self.age = max(0, now - item.add_time)
+        self._delivered(item, now)
+
+    def _delivered(self, item: QueueItem, now: int) -> None:
+        """A consumer got ``item`` (a take or a hand-off to a waiter; never a discard or an
+        expiry): its wait is the reader's age and a delivery latency."""
+        age = self.age = max(0, now - item.add_time)
+        observe = delivery_observer
+        if observe is not None:
+            observe(self.full_name, age)
 
     # --- reliable reads -----------------------------------------------------------------
 
@@ -521,7 +543,7 @@ class Reader:
                 self._expired(item)
                 continue
             if memory.hand_off(item):
-                self.age = max(0, now - item.add_time)
+                self._delivered(item, now)
                 continue
             rest.append(item)
         for item in reversed(rest):

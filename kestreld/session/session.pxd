@@ -22,6 +22,7 @@ cdef class Session:
     cdef public bint closed
     cdef public object principal
     cdef public bint authenticating
+    cdef public object trace
 
     cpdef admit_put(self, str name, Py_ssize_t size)
     @cython.locals(unacked=list)

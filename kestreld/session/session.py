@@ -66,6 +66,7 @@ from kestreld.state import ServerStatus
 if TYPE_CHECKING:
     from kestreld.queues.item import QueueItem
     from kestreld.queues.reader import OpenRead, Reader
+    from kestreld.session.trace import TracedSession
     from kestreld.state import ServerState
 
 log = structlog.get_logger("kestreld.session")
@@ -95,6 +96,7 @@ class Session:
         "closed",
         "principal",
         "authenticating",
+        "trace",
     )
 
     def __init__(self, server: ServerState, listener: Any) -> None:
@@ -118,6 +120,20 @@ class Session:
         #: Who the client authenticated as (a kestreld.security User; None: nobody yet).
         self.principal: Any = None
         self.authenticating = False  # the wait is a password check (not ended by stop_waiting)
+        #: This session's :class:`~kestreld.session.trace.TracedSession` with
+        #: ``enable_session_trace`` (from :meth:`begin`); None otherwise, and then
+        #: tracing costs one ``is not None`` check where it would count.
+        self.trace: TracedSession | None = None
+
+    def begin(self, peer: Any) -> None:
+        """The front end accepted its client (``peer``: the socket's peer address): with
+        the session trace on,
+        the session's trace starts (``session_started``).  Front ends count each
+        command they dispatch with ``trace.command(word)`` and run a batch of requests
+        between ``trace.running()`` and ``trace.idle()`` (queue events name the client)."""
+        tracer = self.server.session_trace
+        if tracer is not None:
+            self.trace = tracer.start(peer)
 
     # --- identity and status checks ------------------------------------------------------
 
@@ -348,6 +364,8 @@ class Session:
         f.item = item
         if f.peek:
             return
+        if self.trace is not None:
+            self.trace.taken()
         if f.open:
             read = reader.open(item, self)
             reads = self.open_reads.get(reader)
@@ -383,8 +401,12 @@ class Session:
                 self.listener.wait_ended(f)
             return
         observe = self.server.latency_observer
-        if observe is not None:
-            observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started)  # type: ignore[union-attr]
+        if observe is not None:  # the wait's length, per reader for a timeout
+            observe(
+                "get_hit" if item is not None else "get_timeout",
+                time.perf_counter() - f.started,  # type: ignore[union-attr]
+                reader.full_name,
+            )
         if item is None:
             self.stats.get_misses += 1
             f.outcome = MISS  # type: ignore[union-attr]
@@ -440,6 +462,8 @@ class Session:
     def monitor_open(self, f: Fetch, item: QueueItem) -> None:
         """One item of a monitor: opened by this session, then shown to the listener."""
         self.stats.get_hits += 1
+        if self.trace is not None:
+            self.trace.taken()
         f.item = item
         f.outcome = ITEM
         read = f.reader.open(item, self)  # type: ignore[union-attr]
@@ -634,8 +658,12 @@ class Session:
         if waiting is not None and not waiting.done():
             waiting.cancel()  # its callback gives a handed-off item back
         reads, self.open_reads = self.open_reads, {}
+        given_back = 0
         for reader, queue in reads.items():
+            given_back += len(queue)
             reader.abort(list(queue))
+        if self.trace is not None:
+            self.trace.end(given_back)  # session_ended, with what it did
 
 
 async def _monitor(session: Session, f: Fetch, reader: Reader, seconds: float, limit: int) -> None:

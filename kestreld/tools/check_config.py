@@ -35,6 +35,8 @@ def render(config: ServerConfig) -> str:
         value = getattr(config, key)
         if key == "metrics_address" and value is None and config.metrics_port is not None:
             value = config.listen_address  # what the endpoint binds when unset
+        if key == "admin_token" and value is not None:
+            value = "(set)"  # a secret: never printed
         lines.append(f"  {key}={render_value(key, value)}")
     lines.append("}")
     lines.append("queue defaults {")
@@ -61,6 +63,12 @@ def warnings(config: ServerConfig) -> list[str]:
                 f"metrics listen on {address}:{config.metrics_port}, not loopback: "
                 "/metrics and /stats.json have no authentication; firewall that port"
             )
+            if config.admin_token is None:
+                out.append(
+                    f"the admin port {address}:{config.metrics_port} is not loopback and "
+                    "admin_token is not set: /reload, /quiesce and /shutdown are refused (403) "
+                    "until it is"
+                )
     if not _is_loopback(config.listen_address):
         if config.auth_file is None:
             out.append(
