@@ -90,3 +90,17 @@ def test_an_unknown_key_broken_toml_and_a_missing_file_exit_2(tmp_path):
     assert result.returncode == 2 and "not valid TOML" in result.stderr
     result = check(str(tmp_path / "missing.conf"))
     assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+def test_it_warns_that_an_auth_file_without_client_certificates_shuts_the_thrift_port(tmp_path):
+    users = tmp_path / "users"
+    users.write_text("alice:secret\n")
+    conf = tmp_path / "k.conf"
+    conf.write_text(f'listen_address = "127.0.0.1"\nauth_file = "{users}"\nthrift_port = 2229\n')
+    result = check(str(conf))
+    assert result.returncode == 0, result.stderr
+    assert "the thrift port refuses every call" in result.stdout + result.stderr
+    conf.write_text(f'listen_address = "127.0.0.1"\nauth_file = "{users}"\n')
+    result = check(str(conf))
+    assert result.returncode == 0, result.stderr
+    assert "thrift port refuses" not in result.stdout + result.stderr
