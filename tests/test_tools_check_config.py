@@ -109,3 +109,15 @@ def test_an_exposed_admin_port_without_a_token_is_warned_about_and_a_token_never
     config.write_text('admin_token = "short"\n')
     result = check(str(config))
     assert result.returncode == 2 and "admin_token: at least 16 characters" in result.stderr
+def test_it_warns_that_an_auth_file_without_client_certificates_shuts_the_thrift_port(tmp_path):
+    users = tmp_path / "users"
+    users.write_text("alice:secret\n")
+    conf = tmp_path / "k.conf"
+    conf.write_text(f'listen_address = "127.0.0.1"\nauth_file = "{users}"\nthrift_port = 2229\n')
+    result = check(str(conf))
+    assert result.returncode == 0, result.stderr
+    assert "the thrift port refuses every call" in result.stdout + result.stderr
+    conf.write_text(f'listen_address = "127.0.0.1"\nauth_file = "{users}"\n')
+    result = check(str(conf))
+    assert result.returncode == 0, result.stderr
+    assert "thrift port refuses" not in result.stdout + result.stderr

@@ -218,6 +218,38 @@ class RequestConnection(asyncio.Protocol):
     def monitor_item(self, f: Fetch) -> None:
         """One item of a monitor (front ends that monitor override this)."""
 
+    def authentication_ended(self, user: Any, tag: Any) -> None:
+        """The session's password check ended: ``tag`` (:meth:`authenticate`'s list) gets
+        ``user`` (None: refused) and the request goes on."""
+        tag.append(user)
+        self._poke()
+
+    # --- authentication (a server with an auth_file) ---------------------------------------
+
+    def unauthenticated(self) -> bool:
+        """True while this client must authenticate before anything else runs."""
+        return self.server.authenticator is not None and self.session.principal is None
+
+    def address(self) -> str | None:
+        """The client's address, as failed attempts are counted and delayed by."""
+        peer = self.peer
+        if isinstance(peer, tuple) and peer:
+            return str(peer[0])
+        return None if peer is None else str(peer)
+
+    async def authenticate(self, name: str | None, password: bytes, refusal: str = "") -> Any:
+        """Check ``name``'s ``password`` as the session's wait (off the loop); the user,
+        or None.  ``name`` None: a malformed attempt (``refusal`` says why), refused
+        after the same delay as a wrong password."""
+        ended: list[Any] = []
+        if name is None:
+            self.session.refuse_authentication(refusal, self.address(), ended)
+        else:
+            self.session.authenticate(name, password, self.address(), ended)
+        while not ended and not self.closed:
+            await self.signalled()
+        return ended[0] if ended else None
+
     # --- session helpers --------------------------------------------------------------------
 
     async def settle(self, reply: PendingReply) -> str | None:

@@ -17,8 +17,10 @@ from kestreld import __version__
 from kestreld.names import split_queue_name
 from kestreld.protocol.request_loop import RequestConnection
 from kestreld.protocol.text_parser import TextError, TextParser, TextRequest
-from kestreld.session.errors import NotStored, PutFailed, SessionError
-from kestreld.session.fetch import BUSY, ITEM, REFUSED, Fetch
+from kestreld.security.authenticator import parse_token
+from kestreld.security.policy import Role
+from kestreld.session.errors import NotStored, PutFailed, QueueRefused, SessionError
+from kestreld.session.fetch import BUSY, ITEM, LIMITED, REFUSED, Fetch
 from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
 
 NO_ITEM = b"*\n"
 ZERO = b"+0\n"
+UNAUTHENTICATED = b"-Unauthenticated.\n"
+PERMISSION_DENIED = b"-Permission denied.\n"
+AUTH_FAILED = b"-Authentication failed.\n"
 #: The longest relative time (ms) a request may give: about 24 days.
 _MAX_MS = (1 << 31) - 1
 
@@ -72,12 +77,30 @@ class TextConnection(RequestConnection):
                 self.close()
             return
         command = request.command  # type: ignore[union-attr]
+        args = request.args  # type: ignore[union-attr]
+        if command not in _UNLOCKED and self.unauthenticated():
+            # A put's item lines were read with it: the stream stays in step.
+            self.write(UNAUTHENTICATED)
+            return
         handler = _COMMANDS.get(command)
         if handler is None:
             word = command[:40].decode("ascii", "replace")
             self.write(error(f"Unknown command: {word}"))
             return
-        await handler(self, request.args, request.items)  # type: ignore[union-attr]
+        role = _ROLES.get(command)
+        if role is not None and not self.permitted(command, role, args):
+            self.write(PERMISSION_DENIED)
+            return
+        await handler(self, args, request.items)  # type: ignore[union-attr]
+
+    def permitted(self, command: bytes, role: Role, args: list[bytes]) -> bool:
+        """May this client run ``command`` (which needs ``role``) with ``args``?"""
+        if command in _SERVER_WIDE:
+            if not args and command == b"status":
+                return True  # reading the status needs no role
+            return self.session.permit(role, None)
+        queue = args[0].decode("ascii", "replace") if args else None
+        return self.session.permit(role, queue)
 
     def monitor_item(self, f: Fetch) -> None:
         self.write(item_line(f.item.data))  # type: ignore[union-attr]
@@ -150,6 +173,7 @@ async def cmd_put(conn: TextConnection, args: list[bytes], items: list[bytes] | 
         return
     stats = conn.stats
     stored = 0
+    refused = ""
     pending: list[PendingReply] = []
     for data in items or ():
         stats.cmd_set += 1
@@ -158,6 +182,9 @@ async def cmd_put(conn: TextConnection, args: list[bytes], items: list[bytes] | 
             reply = session.put(name, data, expire, True)
         except NotStored:
             continue  # Kestrel's text put counts what was stored and goes on
+        except QueueRefused as e:
+            refused = str(e)
+            break
         except PutFailed:
             break
         if reply is None:
@@ -167,7 +194,14 @@ async def cmd_put(conn: TextConnection, args: list[bytes], items: list[bytes] | 
     for reply in pending:
         if await conn.settle(reply) is None:
             stored += 1
+    if refused and not stored:
+        conn.write(error(_too_many_queues(conn, name)))
+        return
     conn.write(count(stored))
+
+
+def _too_many_queues(conn: TextConnection, name: str) -> str:
+    return f"Too many queues (max_queues = {conn.server.config.max_queues}); {name} not created."
 
 
 async def _fetch(conn: TextConnection, args: list[bytes], peek: bool) -> None:
@@ -197,6 +231,8 @@ async def _fetch(conn: TextConnection, args: list[bytes], peek: bool) -> None:
     elif outcome == BUSY:
         limit = conn.session.max_open_reads()
         conn.write(error(f"Too many open transactions; limit={limit}"))
+    elif outcome == LIMITED:
+        conn.write(error(_too_many_queues(conn, name)))
     else:
         conn.write(NO_ITEM)
 
@@ -230,9 +266,15 @@ async def cmd_monitor(conn: TextConnection, args: list[bytes], items: list[bytes
     f.key = args[0]
     session = conn.session
     try:
-        session.monitor(f, timeout / 1000, session.max_open_reads())
+        started = session.monitor(f, timeout / 1000, session.max_open_reads())
+    except QueueRefused:
+        conn.write(error(_too_many_queues(conn, name)))
+        return
     except SessionError as e:
         conn.write(error(str(e)))
+        return
+    if not started:  # no reader (an alias, an unknown queue not created): nothing to wait for
+        conn.write(NO_ITEM)
         return
     while session.wait_fetch is f:
         await conn.signalled()
@@ -306,6 +348,23 @@ async def cmd_status(conn: TextConnection, args: list[bytes], items: list[bytes]
     conn.write(ZERO)
 
 
+async def cmd_auth(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``auth <user> <password>``: ``+1`` (authenticated) or ``-Authentication failed.``.
+
+    The check runs off the event loop as the session's wait; a refusal is
+    delayed when this address keeps failing.  Without an auth file: ``+0``.
+    """
+    if conn.server.authenticator is None:
+        conn.write(ZERO)
+        return
+    token = parse_token(b" ".join(args)) if len(args) == 2 else None
+    if token is None:
+        user = await conn.authenticate(None, b"", "bad auth request format")
+    else:
+        user = await conn.authenticate(token[0], token[1])
+    conn.write(b"+1\n" if user is not None else AUTH_FAILED)
+
+
 async def cmd_version(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
     """``version``: ``:<version>``."""
     conn.write(item_line(__version__.encode()))
@@ -324,6 +383,7 @@ async def cmd_shutdown(conn: TextConnection, args: list[bytes], items: list[byte
 
 
 _COMMANDS = {
+    b"auth": cmd_auth,
     b"put": cmd_put,
     b"get": cmd_get,
     b"peek": cmd_peek,
@@ -336,5 +396,22 @@ _COMMANDS = {
     b"quit": cmd_quit,
     b"shutdown": cmd_shutdown,
 }
+
+#: What an unauthenticated client may send (a server with an auth_file).
+_UNLOCKED = frozenset((b"auth", b"quit"))
+#: The role each command needs (a server with an auth_file); unlisted: none.
+_ROLES = {
+    b"put": Role.WRITE,
+    b"get": Role.READ,
+    b"peek": Role.READ,
+    b"monitor": Role.READ,
+    b"confirm": Role.READ,
+    b"flush": Role.ADMIN,
+    b"delete": Role.ADMIN,
+    b"status": Role.ADMIN,  # setting it; reading it needs none
+    b"shutdown": Role.ADMIN,
+}
+#: Commands that act on the whole server: the role without a queue-pattern limit.
+_SERVER_WIDE = frozenset((b"status", b"shutdown"))
 
 __all__ = ["TextConnection"]

@@ -27,8 +27,10 @@ from kestreld import __version__
 from kestreld.names import split_queue_name
 from kestreld.protocol import thrift_codec as codec
 from kestreld.protocol.request_loop import RequestConnection
-from kestreld.session.errors import NotStored, PutFailed, SessionError
-from kestreld.session.fetch import ITEM, REFUSED, Fetch
+from kestreld.security.policy import Role
+from kestreld.security.tls import peer_certificate_name
+from kestreld.session.errors import NotStored, PutFailed, QueueRefused, SessionError
+from kestreld.session.fetch import ITEM, LIMITED, REFUSED, Fetch
 from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
@@ -85,6 +87,31 @@ class ThriftConnection(RequestConnection):
         self.buf = bytearray()
         self.lost_step = False  # a frame over the bound: the stream cannot be followed
         self.max_frame = codec.max_frame_size(server.config.default_queue.max_item_size)
+        #: Why this client is refused every call (a server with an auth_file), or "".
+        self.refused = ""
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        if not self.closed and self.server.authenticator is not None:
+            self.identify(transport)
+
+    def identify(self, transport: Any) -> None:
+        """Kestrel's IDL has no call to authenticate with: a client proves who it is by
+        its verified TLS client certificate, whose common name is a user of the auth file."""
+        if not self.server.config.tls_verify_client:
+            self.refused = (
+                "authentication required: the thrift port authenticates by TLS client "
+                "certificate (tls_verify_client), which is off"
+            )
+            return
+        name = peer_certificate_name(transport)
+        user = self.server.authenticator.auth.user(name) if name else None  # type: ignore[union-attr]
+        if user is None:
+            self.refused = f"authentication required: no user of the auth file named {name!r}"
+            log.warning("thrift_client_refused", peer=self.peer, certificate_name=name)
+            self.session.stats.auth_failures += 1
+            return
+        self.session.admit(user)
 
     # --- framing --------------------------------------------------------------------------
 
@@ -142,6 +169,9 @@ class ThriftConnection(RequestConnection):
         if call.mtype not in (codec.CALL, codec.ONEWAY):
             self._answer_error(call, codec.INVALID_MESSAGE_TYPE, "expected a call")
             return
+        if self.unauthenticated():
+            self._answer_error(call, codec.UNKNOWN, self.refused or "authentication required")
+            return
         handler = _METHODS.get(call.method)
         if handler is None:
             self._answer_error(call, codec.UNKNOWN_METHOD, f"unknown method {call.method[:60]}")
@@ -168,6 +198,11 @@ class ThriftConnection(RequestConnection):
 
     # --- argument checks ------------------------------------------------------------------
 
+    def permit(self, role: Role, queue: str | None = None) -> None:
+        """Raise a CallError unless this client may act with ``role`` on ``queue``."""
+        if not self.session.permit(role, queue):
+            raise CallError(codec.UNKNOWN, f"permission denied: needs the {role.value} role")
+
     def queue_name(self, raw: Any, writing: bool = False) -> str:
         if isinstance(raw, bytes):
             raw = raw.decode("ascii", "replace")
@@ -178,6 +213,10 @@ class ThriftConnection(RequestConnection):
         if writing and "+" in raw:
             raise CallError(codec.PROTOCOL_ERROR, "cannot put to a fanout reader")
         return raw
+
+
+def _too_many_queues(conn: ThriftConnection, name: str) -> str:
+    return f"too many queues (max_queues = {conn.server.config.max_queues}); {name} not created"
 
 
 def _int(value: Any, name: str) -> int:
@@ -206,6 +245,7 @@ def _open_ids(conn: ThriftConnection) -> Any:
 async def put(conn: ThriftConnection, args: Any) -> int:
     """Items stored, in order, stopping at the first refused; after their journal batch."""
     name = conn.queue_name(args.queue_name, writing=True)
+    conn.permit(Role.WRITE, name)
     items = args.items
     if items is None:
         items = []
@@ -221,6 +261,10 @@ async def put(conn: ThriftConnection, args: Any) -> int:
         try:
             session.admit_put(name, len(data))
             accepted.append(session.put(name, data, expire, True))
+        except QueueRefused:
+            if not accepted:
+                raise CallError(codec.INTERNAL_ERROR, _too_many_queues(conn, name)) from None
+            break
         except (NotStored, PutFailed):
             break
     stored = 0
@@ -236,6 +280,7 @@ async def put(conn: ThriftConnection, args: Any) -> int:
 async def get(conn: ThriftConnection, args: Any) -> list:
     """Up to max_items items; with a timeout, waits until max_items or the time is up."""
     name = conn.queue_name(args.queue_name)
+    conn.permit(Role.READ, name)
     max_items = _int(args.max_items, "max_items")
     timeout = _int(args.timeout_msec, "timeout_msec")
     auto_abort = _int(args.auto_abort_msec, "auto_abort_msec")
@@ -259,6 +304,8 @@ async def get(conn: ThriftConnection, args: Any) -> list:
             if items:
                 break
             raise CallError(codec.INTERNAL_ERROR, f"server is {conn.server.status.value}")
+        if outcome == LIMITED:
+            raise CallError(codec.INTERNAL_ERROR, _too_many_queues(conn, name))
         if outcome != ITEM:
             break
         items.append(f.item.data)  # type: ignore[union-attr]
@@ -285,22 +332,27 @@ async def get(conn: ThriftConnection, args: Any) -> list:
 
 async def confirm(conn: ThriftConnection, args: Any) -> int:
     name = conn.queue_name(args.queue_name)
+    conn.permit(Role.READ, name)
     return await _open_ids(conn).confirm(name, _ids(args.ids))
 
 
 async def abort(conn: ThriftConnection, args: Any) -> int:
     name = conn.queue_name(args.queue_name)
+    conn.permit(Role.READ, name)
     return _open_ids(conn).abort(name, _ids(args.ids))
 
 
 async def peek(conn: ThriftConnection, args: Any) -> Any:
     name = conn.queue_name(args.queue_name)
+    conn.permit(Role.READ, name)
     f = Fetch()
     f.name = name
     f.peek = True
     outcome = await conn.fetch(f)
     if outcome == REFUSED:
         raise CallError(codec.INTERNAL_ERROR, f"server is {conn.server.status.value}")
+    if outcome == LIMITED:
+        raise CallError(codec.INTERNAL_ERROR, _too_many_queues(conn, name))
     stats = conn.session.queue_stats(name)
     return _QueueInfo(
         head_item=f.item.data if outcome == ITEM else None,  # type: ignore[union-attr]
@@ -314,15 +366,20 @@ async def peek(conn: ThriftConnection, args: Any) -> Any:
 
 
 async def flush_queue(conn: ThriftConnection, args: Any) -> None:
-    conn.session.flush(conn.queue_name(args.queue_name))
+    name = conn.queue_name(args.queue_name)
+    conn.permit(Role.ADMIN, name)
+    conn.session.flush(name)
 
 
 async def flush_all_queues(conn: ThriftConnection, args: Any) -> None:
+    conn.permit(Role.ADMIN)
     conn.session.flush_all()
 
 
 async def delete_queue(conn: ThriftConnection, args: Any) -> None:
-    conn.session.delete(conn.queue_name(args.queue_name))
+    name = conn.queue_name(args.queue_name)
+    conn.permit(Role.ADMIN, name)
+    conn.session.delete(name)
 
 
 async def current_status(conn: ThriftConnection, args: Any) -> int:
@@ -330,6 +387,7 @@ async def current_status(conn: ThriftConnection, args: Any) -> int:
 
 
 async def set_status(conn: ThriftConnection, args: Any) -> None:
+    conn.permit(Role.ADMIN)
     status = _FROM_THRIFT.get(args.status)
     if status is None:
         raise CallError(codec.PROTOCOL_ERROR, "status must be UP, READ_ONLY or QUIESCENT")

@@ -87,6 +87,12 @@ def warnings(config: ServerConfig) -> list[str]:
                     f"the {name} protocol listens on {config.listen_address}:{port}: "
                     "it has no authentication; firewall it like the memcache port"
                 )
+    if config.thrift_port and config.auth_file is not None and not config.tls_verify_client:
+        out.append(
+            f"thrift_port = {config.thrift_port} with an auth_file but without "
+            "tls_verify_client: thrift clients authenticate by TLS client certificate, "
+            "so the thrift port refuses every call"
+        )
     for name, cfg in [("", config.default_queue), *sorted(config.queues.items())]:
         if cfg.max_journal_size >= 256 * MiB:
             where = f"queues.{name}." if name else ""
