@@ -206,6 +206,7 @@ def test_the_three_way_table_and_the_darner_targets():
     assert target.value == 0.75 and target.met
 
 
+@pytest.mark.peer
 @pytest.mark.skipif(
     __import__("kestreld.bench.servers", fromlist=["darner_path"]).darner_path() is None,
     reason="no Darner binary (set DARNER_BIN)",
