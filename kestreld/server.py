@@ -23,8 +23,15 @@ from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
-from kestreld.state import ServerStatus, StartupError, load_status, save_status
+from kestreld.state import (
+    ServerStatus,
+    StartupError,
+    default_status_file,
+    load_status,
+    save_status,
+)
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
+from kestreld.status import StatusBoard
 
 log = structlog.get_logger("kestreld.server")
 
@@ -39,7 +46,13 @@ RESTART_KEYS = (
     "log_format",
     "checkpoint_interval",
     "expiration_timer_frequency",
+    "default_status",
+    "status_file",
+    "zookeeper",
 )
+
+#: How long a graceful stop waits to leave the server sets before closing the listeners.
+LEAVE_TIMEOUT = 5.0
 
 __all__ = ["RESTART_KEYS", "Server", "StartupError", "build_server_config", "run_server"]
 
@@ -58,7 +71,13 @@ class Server:
         self.connections: set[MemcacheConnection] = set()
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
         self.queues = QueueCollection(config, self.executor)
+        #: The status requests are checked against (the announced one after its grace period).
         self.status = ServerStatus.UP
+        self.status_board = StatusBoard(ServerStatus.UP, config.status_change_grace_period)
+        self._status_timer: asyncio.TimerHandle | None = None
+        #: This server's members of the ZooKeeper server sets ([zookeeper]), else None.
+        self.membership: Any = None
+        self.zookeeper_connected = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.base_events.Server | None = None
         self._lock_fd = -1
@@ -99,7 +118,9 @@ class Server:
         self._stopping = asyncio.Event()
         self._lock_folder()
         try:
-            self.status = load_status(self.config.queue_path)
+            status = load_status(self.status_path, ServerStatus(self.config.default_status))
+            self.status_board = StatusBoard(status, self.config.status_change_grace_period)
+            self.status = status
             started = time.monotonic()
             try:
                 self.queues.load()
@@ -142,6 +163,13 @@ class Server:
                 )
             )
         await self._start_metrics()
+        if self.config.zookeeper is not None:
+            try:
+                self._join_server_sets()
+            except StartupError:
+                self._server.close()
+                self._unlock()
+                raise
         sock = self._server.sockets[0].getsockname()
         log.info(
             "listening",
@@ -163,6 +191,47 @@ class Server:
             return
         self.metrics = MetricsServer(self)
         await self.metrics.start()
+
+    def _join_server_sets(self) -> None:
+        """Start following the status in the ZooKeeper server sets (in the background)."""
+        try:
+            from kestreld.cluster.member import Endpoint
+            from kestreld.cluster.membership import (
+                ServerSetMembership,
+                advertised_host,
+                is_loopback,
+            )
+        except ImportError as e:
+            raise StartupError(
+                f"[zookeeper] needs the kazoo library ({e}); install kestreld[zookeeper]"
+            ) from None
+        zk = self.config.zookeeper
+        assert zk is not None
+        try:
+            host = advertised_host(zk.advertise_address or self.config.listen_address)
+        except ValueError as e:
+            raise StartupError(f"zookeeper.advertise_address: {e}") from None
+        if is_loopback(host):
+            log.warning(
+                "zookeeper_advertises_loopback",
+                address=host,
+                hint="only clients on this host can use it; set zookeeper.advertise_address",
+            )
+        loop = self.loop
+
+        def connected(value: bool) -> None:  # from a kazoo thread
+            loop.call_soon_threadsafe(setattr, self, "zookeeper_connected", value)
+
+        self.membership = ServerSetMembership(
+            zk, {"memcache": Endpoint(host, self.port)}, on_connected=connected
+        )
+        announced = self.status_board.announced
+        self.membership.want(announced.in_read_set, announced.in_write_set)
+        self.membership.start()
+
+    @property
+    def status_path(self) -> str:
+        return self.config.status_file or default_status_file(self.config.queue_path)
 
     @property
     def port(self) -> int:
@@ -201,7 +270,13 @@ class Server:
     # --- commands -----------------------------------------------------------------------
 
     def render_stats(self) -> bytes:
-        return render_stats(self.stats, self.queues, len(self.connections), __version__)
+        extra: list[tuple[str, object]] = [("status", self.status.value)]
+        pending = self.status_board.pending
+        if pending is not None:
+            extra.append(("status_pending", pending.value))
+        if self.membership is not None:
+            extra.append(("zookeeper_connected", int(self.zookeeper_connected)))
+        return render_stats(self.stats, self.queues, len(self.connections), __version__, extra)
 
     def render_dump_stats(self, names: list[str]) -> bytes:
         return render_dump_stats(self.queues, names)
@@ -256,11 +331,45 @@ class Server:
         self.reload()
 
     def set_status(self, status: ServerStatus) -> None:
-        if status is self.status:
+        """Announce ``status`` (file, server sets) at once; enforce it after the grace period
+        when it is stricter than the status in force."""
+        board = self.status_board
+        old = board.announced
+        board.grace_ms = self.config.status_change_grace_period
+        if not board.change(status, self.loop.time()):
             return
-        save_status(self.config.queue_path, status)
-        log.info("status_changed", old=self.status.value, new=status.value)
-        self.status = status
+        save_status(self.status_path, status)
+        if self.membership is not None:
+            self.membership.want(status.in_read_set, status.in_write_set)
+        self.status = board.enforced
+        if self._status_timer is not None:
+            self._status_timer.cancel()
+            self._status_timer = None
+        left = board.seconds_left(self.loop.time())
+        if left is not None:
+            self._status_timer = self.loop.call_later(left, self._enforce_pending_status)
+        log.info(
+            "status_changed",
+            old=old.value,
+            new=status.value,
+            enforced=board.enforced.value,
+            grace_seconds=left,
+        )
+
+    def _enforce_pending_status(self) -> None:
+        self._status_timer = None
+        if self.status_board.expire(self.loop.time()):
+            self.status = self.status_board.enforced
+            log.info("status_enforced", status=self.status.value)
+
+    def describe_status(self) -> str:
+        """The ``status`` reply: the status in force, and a pending one with its seconds left."""
+        board = self.status_board
+        pending = board.pending
+        if pending is None:
+            return self.status.value
+        left = board.seconds_left(self.loop.time()) or 0.0
+        return f"{self.status.value} (pending {pending.value} in {left:.1f}s)"
 
     def request_shutdown(self, reason: str) -> None:
         log.info("shutdown_requested", reason=reason)
@@ -279,6 +388,13 @@ class Server:
         if self._stopped:
             return
         self._stopped = True
+        if self._status_timer is not None:
+            self._status_timer.cancel()
+        if self.membership is not None:
+            # Out of both server sets before the listeners close: clients stop choosing
+            # this server instead of finding it refusing connections.
+            left = await asyncio.to_thread(self.membership.leave, LEAVE_TIMEOUT)
+            log.info("server_sets_left" if left else "server_sets_not_left")
         if self._server is not None:
             self._server.close()
         for task in self._tasks:
@@ -307,6 +423,8 @@ class Server:
         await asyncio.sleep(0)
         self.queues.close()
         self.executor.shutdown(wait=True)
+        if self.membership is not None:
+            await asyncio.to_thread(self.membership.close)
         self._unlock()
         log.info("stopped")
 

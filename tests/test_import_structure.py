@@ -1,4 +1,5 @@
-"""Dependencies point one way: protocol -> queues -> journal; stats reads state only.
+"""Dependencies point one way: protocol -> queues -> journal; stats reads state only;
+cluster (ZooKeeper server sets) and client beside them.
 
 Two checks anyone can run: each layer imports alone in a fresh interpreter
 (without pulling in the layers above it), and a walk over the package's own
@@ -37,7 +38,19 @@ FORBIDDEN = {
     "kestreld.stats": ["kestreld.protocol", "kestreld.server"],
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
-    "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
+    "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server", "kazoo"],
+    # Cluster membership (ZooKeeper server sets) sits beside the server: the server hands
+    # it endpoints and statuses; the member codec is shared with the client without kazoo.
+    "kestreld.cluster.membership": [
+        "kestreld.server",
+        "kestreld.protocol",
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.stats",
+    ],
+    "kestreld.cluster.member": ["kazoo", "kestreld.config", "kestreld.server"],
+    "kestreld.status": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
+    "kestreld.client": ["kazoo", "kestreld.server", "kestreld.protocol", "kestreld.queues"],
 }
 
 
@@ -103,6 +116,12 @@ DIRECT_FORBIDDEN = [
     ("kestreld.queues", "kestreld.server"),
     ("kestreld.journal", "kestreld.queues"),
     ("kestreld.journal", "kestreld.protocol"),
+    ("kestreld.cluster", "kestreld.server"),
+    ("kestreld.cluster", "kestreld.protocol"),
+    ("kestreld.cluster", "kestreld.queues"),
+    ("kestreld.cluster", "kestreld.client"),
+    ("kestreld.client", "kestreld.server"),
+    ("kestreld.client", "kestreld.protocol"),
 ]
 
 

@@ -136,7 +136,8 @@ class AsyncClient(ClusterOperations[AsyncConnection]):
 
     async def close(self) -> None:
         """Close every connection; items still open go back to their queues."""
-        for pool in self._pools.values():
+        await asyncio.to_thread(self._close_discovery)
+        for pool in list(self._pools.values()):
             pool.close()
 
     async def __aenter__(self) -> AsyncClient:

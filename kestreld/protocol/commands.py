@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from kestreld.protocol.confirm_reply import ConfirmReply
     from kestreld.protocol.connection import MemcacheConnection
     from kestreld.queues.item import QueueItem
+    from kestreld.state import ServerState
 
 log = structlog.get_logger("kestreld.protocol")
 
@@ -125,11 +126,41 @@ def _name_arg(conn: MemcacheConnection, args: list[bytes]) -> str | None:
     return name
 
 
+# --- refusals by status and connection count (Kestrel 2.4) -------------------------------
+
+_WRITES_OVER_LIMIT = server_error("too many connections for writes")
+_READS_OVER_LIMIT = server_error("too many connections for reads")
+
+
+def write_refusal(server: ServerState) -> bytes | None:
+    """The SERVER_ERROR that refuses a write now, or None: READONLY and QUIESCENT refuse
+    (WRITEAVOID only leaves the write server set), as do more than
+    ``connection_limit_refuse_writes`` connections."""
+    status = server.status
+    if status is not ServerStatus.UP and status is not ServerStatus.WRITEAVOID:
+        return server_error(f"server is {status.value}")
+    limit = server.config.connection_limit_refuse_writes
+    if limit is not None and len(server.connections) > limit:
+        return _WRITES_OVER_LIMIT
+    return None
+
+
+def read_refusal(server: ServerState) -> bytes | None:
+    """The SERVER_ERROR that refuses a fetch now, or None: QUIESCENT refuses, as do more
+    than ``connection_limit_refuse_reads`` connections."""
+    if server.status is ServerStatus.QUIESCENT:
+        return server_error("server is QUIESCENT")
+    limit = server.config.connection_limit_refuse_reads
+    if limit is not None and len(server.connections) > limit:
+        return _READS_OVER_LIMIT
+    return None
+
+
 def _writable(conn: MemcacheConnection) -> bool:
-    status = conn.server.status
-    if status is ServerStatus.UP:
+    refusal = write_refusal(conn.server)
+    if refusal is None:
         return True
-    conn.out.append(server_error(f"server is {status.value}"))
+    conn.out.append(refusal)
     return False
 
 
@@ -157,9 +188,9 @@ def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
         out.append(client_error("cannot set to a fanout reader; write to the queue"))
         return False
     server = conn.server
-    status = server.status
-    if status is not ServerStatus.UP:
-        out.append(server_error(f"server is {status.value}"))
+    refusal = write_refusal(server)
+    if refusal is not None:
+        out.append(refusal)
         return False
     # The queue's own config (the same object, kept current by reloads) saves a lookup.
     queue = server.queues.queues.get(name)
@@ -261,8 +292,9 @@ def _get_many(conn: MemcacheConnection, keys: list[bytes], with_cas: bool) -> No
             conn.out.append(client_error("/open and /t= take a single key"))
             return
         parsed.append((key, opts))
-    if conn.server.status is ServerStatus.QUIESCENT:
-        conn.out.append(server_error("server is QUIESCENT"))
+    refusal = read_refusal(conn.server)
+    if refusal is not None:
+        conn.out.append(refusal)
         return
     for key, opts in parsed:
         _get_one(conn, key, opts, False, with_cas)  # type: ignore[arg-type]
@@ -283,11 +315,12 @@ def _get_one(
     fetch = opts.open or not (opts.close or opts.abort)
     # QUIESCENT refuses the fetch only: the /close or /abort before it still happens,
     # so a reliable reader's last item is not redelivered after a drain.
-    refused = fetch and server.status is ServerStatus.QUIESCENT
+    refusal = read_refusal(server) if fetch else None
+    refused = refusal is not None
     reader = server.queues.reader(opts.name, create=fetch and not refused)
     if reader is None:
         if refused:
-            conn.out.append(server_error("server is QUIESCENT"))
+            conn.out.append(refusal)  # type: ignore[arg-type]
             return True
         if fetch:
             stats.get_misses += 1
@@ -335,7 +368,7 @@ def _fetch(
     stats = conn.stats
     fetch = opts.open or not (opts.close or opts.abort)
     if refused:
-        conn.out.append(server_error("server is QUIESCENT"))
+        conn.out.append(read_refusal(server) or _READS_OVER_LIMIT)
         return True
     if not fetch:
         return False
@@ -576,8 +609,9 @@ def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
     except ValueError:
         conn.out.append(client_error("bad monitor arguments"))
         return
-    if server.status is ServerStatus.QUIESCENT:
-        conn.out.append(server_error("server is QUIESCENT"))
+    refusal = read_refusal(server)
+    if refusal is not None:
+        conn.out.append(refusal)
         return
     reader = server.queues.reader(name, create=True)
     assert reader is not None
@@ -681,16 +715,21 @@ def cmd_quit(conn: MemcacheConnection, args: list[bytes]) -> None:
 
 
 def cmd_status(conn: MemcacheConnection, args: list[bytes]) -> None:
-    """``status``: the server status; ``status <UP|READONLY|QUIESCENT>`` sets it."""
+    """``status``: the status in force (and a pending one, during a grace period);
+    ``status <UP|WRITEAVOID|READONLY|QUIESCENT>`` (any case) sets it."""
     server = conn.server
     if len(args) < 2:
-        conn.out.append(server.status.value.encode() + b"\r\n")
+        conn.out.append(server.describe_status().encode() + b"\r\n")
         return
     wanted = args[1].decode("ascii", "replace").upper()
     try:
         status = ServerStatus(wanted)
     except ValueError:
-        conn.out.append(client_error(f"unknown status {wanted.lower()[:40]}"))
+        conn.out.append(
+            client_error(
+                f"unknown status {wanted.lower()[:40]} (up, writeavoid, readonly or quiescent)"
+            )
+        )
         return
     server.set_status(status)
     conn.out.append(END)
