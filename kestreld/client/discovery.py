@@ -81,8 +81,7 @@ class Discovery:
         if not hosts or not path_prefix:
             raise ValueError("Discovery needs zookeeper='hosts/path' or hosts= and path_prefix=")
         try:
-            from kazoo.client import KazooClient
-            from kazoo.retry import KazooRetry
+            from kestreld.cluster.session import ZooKeeperSession
         except ImportError:
             raise ImportError(
                 "following ZooKeeper server sets needs kazoo: pip install 'kestreld[zookeeper]'"
@@ -99,14 +98,10 @@ class Discovery:
         self._dirty = True
         self._loaded = False
         self._closing = False
-        auth = [("digest", credentials)] if credentials else None
-        self._zk = KazooClient(
-            hosts=hosts,
-            timeout=session_timeout,
-            auth_data=auth,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.2, backoff=2, max_delay=5.0),
+        self._session = ZooKeeperSession(
+            hosts, session_timeout, credentials=credentials, on_state=self._session_changed
         )
-        self._zk.add_listener(self._session_changed)
+        self._zk = self._session.zk
         self._worker = threading.Thread(target=self._run, name="kestreld-discovery", daemon=True)
 
     # --- the caller's verbs ----------------------------------------------------------------------
@@ -114,7 +109,7 @@ class Discovery:
     def start(self) -> bool:
         """Connect and read both sets; waits up to ``start_timeout`` seconds for the first
         read (True when it came; else the sets fill in when ZooKeeper answers)."""
-        self._zk.start_async()
+        self._session.start()
         self._worker.start()
         with self._cond:
             loaded = self._cond.wait_for(lambda: self._loaded, self.start_timeout)
@@ -155,11 +150,7 @@ class Discovery:
             self._cond.notify_all()
         if self._worker.is_alive():
             self._worker.join(timeout=10)
-        try:
-            self._zk.stop()
-            self._zk.close()
-        except Exception as e:
-            log.warning("discovery_close_failed", error=str(e))
+        self._session.close()
 
     # --- kazoo's threads ---------------------------------------------------------------------------
 
@@ -180,12 +171,14 @@ class Discovery:
         backoff = MIN_BACKOFF
         while True:
             with self._cond:
-                while not self._dirty and not self._closing:
-                    self._cond.wait()
+                if not self._dirty and not self._closing:
+                    check_in = self._session.seconds_until_check()
+                    self._cond.wait(None if check_in is None else check_in + 0.05)
                 if self._closing:
                     return
                 self._dirty = False
-            if not self._zk.connected:
+            if not self._session.connected:
+                self._session.check()  # a session that cannot resume is replaced
                 continue  # the session listener wakes us when it connects
             try:
                 members = {name: self._read_set(name) for name in SETS}

@@ -108,7 +108,11 @@ class ClusterOperations(Generic[C]):
         #: The ZooKeeper server sets this client follows, or None (a fixed server list).
         self.discovery = discovery
         self.cluster = Cluster(
-            servers if servers is not None or discovery is not None else ("127.0.0.1:22133",),
+            ()
+            if discovery is not None
+            else servers
+            if servers is not None
+            else ("127.0.0.1:22133",),
             down_period=down_period,
             max_down_period=max_down_period,
             discovered=discovery is not None,
