@@ -15,6 +15,7 @@
 
 from kestreld.client.async_client import AsyncClient
 from kestreld.client.cluster import ServerState
+from kestreld.client.discovery import Discovery
 from kestreld.client.errors import (
     ClientError,
     CommandError,
@@ -36,6 +37,7 @@ __all__ = [
     "ClientError",
     "CommandError",
     "ConnectionFailed",
+    "Discovery",
     "Item",
     "ItemState",
     "KestrelError",
