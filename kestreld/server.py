@@ -335,10 +335,13 @@ class Server:
         when it is stricter than the status in force."""
         board = self.status_board
         old = board.announced
-        board.grace_ms = self.config.status_change_grace_period
+        board.set_grace_period(self.config.status_change_grace_period)
         if not board.change(status, self.loop.time()):
             return
-        save_status(self.status_path, status)
+        try:
+            save_status(self.status_path, status)
+        except OSError as e:  # as Kestrel: the change applies, a restart will not remember it
+            log.error("status_not_saved", path=self.status_path, error=e.strerror or str(e))
         if self.membership is not None:
             self.membership.want(status.in_read_set, status.in_write_set)
         self.status = board.enforced

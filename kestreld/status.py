@@ -36,6 +36,10 @@ class StatusBoard:
         """The announced status while it waits for its grace period, else None."""
         return self.announced if self._deadline is not None else None
 
+    def set_grace_period(self, grace_ms: int) -> None:
+        """The grace period of later changes (a reload); a pending one keeps its deadline."""
+        self.grace_ms = grace_ms
+
     def change(self, status: ServerStatus, now: float) -> bool:
         """Announce ``status`` (enforced at once unless stricter); False when nothing changed."""
         if status is self.announced:

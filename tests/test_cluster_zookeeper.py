@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kestreld_process import Conn
 from waiting import wait_until
 from zookeeper import ZooKeeperProcess, available
@@ -63,7 +63,10 @@ class Sets:
     def members(self, name: str) -> list[dict]:
         out = []
         for node in self.nodes(name):
-            data, _ = self.zk.get(node)
+            try:
+                data, _ = self.zk.get(node)
+            except NoNodeError:  # left between the listing and the read
+                continue
             out.append(json.loads(data))
         return out
 
@@ -316,3 +319,14 @@ def scrape_gauge(proc, name: str) -> float:
             if line.startswith(name + " "):
                 return float(line.split()[1])
     raise AssertionError(f"{name} not in /metrics")
+
+
+def test_advertise_address_is_the_host_in_the_members(make_server, zookeeper, prefix, sets):
+    proc = make_server(
+        zk_config(zookeeper.hosts, prefix, 'advertise_address = "kestrel-7.example.net"\n')
+    )
+    wait_until(lambda: sets.members("read"), "joined")
+    member = sets.members("read")[0]
+    assert member["serviceEndpoint"] == {"host": "kestrel-7.example.net", "port": proc.port}
+    assert member["additionalEndpoints"]["memcache"] == member["serviceEndpoint"]
+    assert proc.events("zookeeper_advertises_loopback") == []

@@ -12,6 +12,7 @@ time it happens again.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,23 @@ log = structlog.get_logger("kestreld.cluster")
 
 #: The longest wait before another fresh session (seconds).
 MAX_RESTART_WAIT = 60.0
+
+
+class _KazooLogHandler(logging.Handler):
+    """kazoo's own warnings (stdlib logging) as ``zookeeper_client`` events in our log."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        method = log.error if record.levelno >= logging.ERROR else log.warning
+        method("zookeeper_client", message=record.getMessage())
+
+
+def _kazoo_logger() -> logging.Logger:
+    logger = logging.getLogger("kestreld.kazoo")
+    if not logger.handlers:
+        logger.addHandler(_KazooLogHandler())
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
+    return logger
 
 
 class ZooKeeperSession:
@@ -55,6 +73,7 @@ class ZooKeeperSession:
             # Never give up reconnecting: ZooKeeper down must not end membership for good.
             connection_retry=KazooRetry(max_tries=-1, delay=0.2, backoff=2, max_delay=5.0),
             command_retry=KazooRetry(max_tries=2, delay=0.1, backoff=2, max_delay=1.0),
+            logger=_kazoo_logger(),
         )
         self.zk.add_listener(self._state_changed)
 
