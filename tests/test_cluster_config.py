@@ -73,7 +73,7 @@ def test_status_settings_and_their_defaults():
         ({"acl": "world_writable"}, "zookeeper.acl: unknown ACL 'world_writable'"),
         ({"acl": "everyone_read_creator_all"}, "needs zookeeper.credentials"),
         ({"credentials": "nopassword"}, 'zookeeper.credentials: expected "user:password"'),
-        ({"session_timeout": "10"}, "zookeeper.session_timeout: at least 1s"),
+        ({"session_timeout": "10"}, "zookeeper.session_timeout: at least 100ms"),
         ({"sesion_timeout": "10s"}, "zookeeper.sesion_timeout: unknown setting"),
     ],
 )

@@ -208,8 +208,9 @@ def test_a_graceful_stop_leaves_both_sets_before_the_listeners_close(
     assert names.index("server_sets_left") < names.index("stopped")
 
 
+@pytest.mark.parametrize("wipe", [False, True], ids=["same_data", "wiped"])
 def test_zookeeper_down_never_stops_the_queue_server_and_it_rejoins(
-    make_server, own_zookeeper, prefix
+    make_server, own_zookeeper, prefix, wipe
 ):
     zk = own_zookeeper
     zk.start()
@@ -229,8 +230,9 @@ def test_zookeeper_down_never_stops_the_queue_server_and_it_rejoins(
     conn = Conn(proc.connect())
     assert conn.get("jobs") == b"item 0"
     conn.close()
-    # An ensemble that lost everything comes back: the server joins it again.
-    zk.start(wipe=True)
+    # The ensemble comes back (wiped: it lost every node and session): the server is in
+    # both sets again, its old session resumed or a new one joined.
+    zk.start(wipe=wipe)
     sets = Sets(zk.hosts, prefix)
     try:
         wait_until(

@@ -237,8 +237,8 @@ def _zookeeper_config(raw: Any) -> ZooKeeperConfig:
         values["session_timeout"] = parse_duration(
             "zookeeper.session_timeout", raw["session_timeout"]
         )
-        if values["session_timeout"] < 1000:
-            raise ConfigError("zookeeper.session_timeout: at least 1s")
+        if values["session_timeout"] < 100:
+            raise ConfigError("zookeeper.session_timeout: at least 100ms")
     acl = values.get("acl", "open_unsafe")
     if acl not in ZOOKEEPER_ACLS:
         raise ConfigError(
