@@ -245,7 +245,7 @@ def test_zookeeper_down_never_stops_the_queue_server_and_it_rejoins(
         sets.close()
     wait_until(lambda: stat(proc, "zookeeper_connected") == "1", "connected again")
     assert scrape_gauge(proc, "kestreld_zookeeper_connected") == 1.0
-    assert proc.events("zookeeper_disconnected")
+    wait_until(lambda: proc.events("zookeeper_disconnected"), "zookeeper_disconnected logged")
 
 
 def test_a_server_started_while_zookeeper_is_down_serves_and_joins_later(
@@ -295,7 +295,7 @@ def test_a_member_deleted_by_someone_else_is_created_again(make_server, zookeepe
     sets.zk.delete(node)
     wait_until(lambda: sets.ports("write") == [proc.port], "member re-created")
     assert sets.nodes("write") != [node]
-    assert proc.events("server_set_member_vanished")
+    wait_until(lambda: proc.events("server_set_member_vanished"), "member_vanished logged")
 
 
 def test_a_member_overwritten_by_someone_else_is_repaired(make_server, zookeeper, prefix, sets):

@@ -230,8 +230,14 @@ class ServerSetMembership:
                 self._session.check()  # a session that cannot resume is replaced
                 continue
             try:
+                # Leave the write set before the read set, join the read set first
+                # (as Kestrel): a client never sees a writable server it may not read.
+                for name in reversed(SETS):
+                    if not wanted[name]:
+                        self._reconcile(name, False, sweep)
                 for name in SETS:
-                    self._reconcile(name, wanted[name], sweep)
+                    if wanted[name]:
+                        self._reconcile(name, True, sweep)
                 backoff = MIN_BACKOFF
                 if sweep:
                     with self._cond:
