@@ -105,7 +105,7 @@ class ServerSetMembership:
 
     ``on_connected`` is called (from a kazoo thread) with True or False when
     the ZooKeeper session connects or disconnects.  Every method is safe to
-    call from any thread; only :meth:`leave` blocks (run it off the event loop).
+    call from any thread; :meth:`leave` and :meth:`close` block (run them off the event loop).
     """
 
     def __init__(
