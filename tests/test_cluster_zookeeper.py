@@ -332,3 +332,13 @@ def test_advertise_address_is_the_host_in_the_members(make_server, zookeeper, pr
     assert member["serviceEndpoint"] == {"host": "kestrel-7.example.net", "port": proc.port}
     assert member["additionalEndpoints"]["memcache"] == member["serviceEndpoint"]
     assert proc.events("zookeeper_advertises_loopback") == []
+
+
+def test_a_reload_names_a_changed_zookeeper_table_as_needing_a_restart(
+    make_server, zookeeper, prefix, sets
+):
+    proc = make_server(zk_config(zookeeper.hosts, prefix))
+    wait_until(lambda: sets.ports("write") == [proc.port], "joined")
+    proc.config_path.write_text(zk_config(zookeeper.hosts, prefix + "_moved"))
+    assert command(proc, b"reload") == b"Reloaded config; needs a restart to apply: zookeeper"
+    assert sets.ports("write") == [proc.port]  # still where it joined
