@@ -186,7 +186,7 @@ class Client(ClusterOperations[Connection]):
         return self._on_all(methodcaller("version"))
 
     def status(self) -> dict[str, str]:
-        """``host:port`` -> ``UP``, ``READONLY`` or ``QUIESCENT``, for every server that answered."""
+        """``host:port`` -> the ``status`` reply (``UP``, ``WRITEAVOID``, ``READONLY``, ``QUIESCENT``), for every server that answered."""
         raw = self._on_all(methodcaller("command", "status"))
         return {address: reply.decode("ascii", "replace") for address, reply in raw.items()}
 
