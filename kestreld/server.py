@@ -21,6 +21,7 @@ from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
+from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.state import (
@@ -73,6 +74,10 @@ class Server:
         self.queues = QueueCollection(config, self.executor)
         #: The status requests are checked against (the announced one after its grace period).
         self.status = ServerStatus.UP
+        #: Why writes / fetches are refused now (None: they are taken): the status in force
+        #: or the connection limits, judged when either changes, so a request reads one field.
+        self.writes_refused: str | None = None
+        self.reads_refused: str | None = None
         self.status_board = StatusBoard(ServerStatus.UP, config.status_change_grace_period)
         self._status_timer: asyncio.TimerHandle | None = None
         #: This server's members of the ZooKeeper server sets ([zookeeper]), else None.
@@ -120,7 +125,7 @@ class Server:
         try:
             status = load_status(self.status_path, ServerStatus(self.config.default_status))
             self.status_board = StatusBoard(status, self.config.status_change_grace_period)
-            self.status = status
+            self._enforce(status)
             started = time.monotonic()
             try:
                 self.queues.load()
@@ -137,7 +142,7 @@ class Server:
             )
             try:
                 self._server = await self.loop.create_server(
-                    lambda: MemcacheConnection(self),
+                    lambda: MemcacheConnection(self, COMMANDS, UNKNOWN),
                     self.config.listen_address,
                     self.config.port,
                     reuse_address=True,
@@ -260,12 +265,11 @@ class Server:
         timeout = self.config.client_timeout
         if not timeout:
             return
-        limit = time.monotonic() - timeout / 1000
+        now = time.monotonic()
         for conn in list(self.connections):
-            if conn.waiting is None and conn.last_active <= limit and conn.transport is not None:
+            if conn.idle_for(now) * 1000 >= timeout:
                 log.info("idle_connection_closed", peer=conn.peer)
-                conn.closing = True
-                conn.transport.close()
+                conn.close()
 
     # --- commands -----------------------------------------------------------------------
 
@@ -320,6 +324,7 @@ class Server:
             set_log_level(fresh.log_level)
         self.config = fresh
         self.queues.reconfigure(fresh)
+        self._judge_refusals()  # the connection limits may have changed
         if needs_restart:
             log.warning("config_reload_needs_restart", keys=needs_restart)
         log.info("config_reloaded", source=self.config_path, needs_restart=needs_restart)
@@ -344,7 +349,7 @@ class Server:
             log.error("status_not_saved", path=self.status_path, error=e.strerror or str(e))
         if self.membership is not None:
             self.membership.want(status.in_read_set, status.in_write_set)
-        self.status = board.enforced
+        self._enforce(board.enforced)
         if self._status_timer is not None:
             self._status_timer.cancel()
             self._status_timer = None
@@ -362,8 +367,43 @@ class Server:
     def _enforce_pending_status(self) -> None:
         self._status_timer = None
         if self.status_board.expire(self.loop.time()):
-            self.status = self.status_board.enforced
+            self._enforce(self.status_board.enforced)
             log.info("status_enforced", status=self.status.value)
+
+    def _enforce(self, status: ServerStatus) -> None:
+        self.status = status
+        self._judge_refusals()
+
+    def _judge_refusals(self) -> None:
+        """Why writes and fetches are refused now: READONLY and QUIESCENT refuse writes
+        (WRITEAVOID only leaves the write server set), QUIESCENT refuses fetches, and so do
+        more connections than ``connection_limit_refuse_writes`` / ``_reads``."""
+        status = self.status
+        count = len(self.connections)
+        config = self.config
+        limit = config.connection_limit_refuse_writes
+        if status.refuses_writes:
+            self.writes_refused = f"server is {status.value}"
+        elif limit is not None and count > limit:
+            self.writes_refused = "too many connections for writes"
+        else:
+            self.writes_refused = None
+        limit = config.connection_limit_refuse_reads
+        if status.refuses_reads:
+            self.reads_refused = f"server is {status.value}"
+        elif limit is not None and count > limit:
+            self.reads_refused = "too many connections for reads"
+        else:
+            self.reads_refused = None
+
+    def connection_opened(self, conn: Any) -> None:
+        """A connection was accepted (front ends call this, and :meth:`connection_closed`)."""
+        self.connections.add(conn)
+        self._judge_refusals()
+
+    def connection_closed(self, conn: Any) -> None:
+        self.connections.discard(conn)
+        self._judge_refusals()
 
     def describe_status(self) -> str:
         """The ``status`` reply: the status in force, and a pending one with its seconds left."""
@@ -404,25 +444,23 @@ class Server:
             task.cancel()
         if self.metrics is not None:
             await self.metrics.stop()
-        # Acknowledge what is already journaled before the connections go:
-        # pending STORED replies are written out, not dropped (a dropped one
-        # would make its producer retry an item that is already stored).
+        # Every connection takes no new request, answers a wait in progress and
+        # sends every reply it promised before it closes (one close path): the
+        # journals are synced so pending STORED and confirm replies resolve.  A
+        # dropped STORED would make its producer retry an item already stored.
         for conn in list(self.connections):
-            conn.closing_soon()
+            conn.close()
         journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
         for journal in journals:
             journal.sync_now()
         deadline = time.monotonic() + 2.0
         while any(j.syncing for j in journals) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)  # background fsyncs resolve their batches
-        await asyncio.sleep(0)
+        deadline = time.monotonic() + 2.0
+        while any(not c.finished() for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
-            conn.closing = True
-            conn.release_open_reads()
-            if conn.waiting is not None and not conn.waiting.done():
-                conn.waiting.cancel()
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close_now()
         await asyncio.sleep(0)
         self.queues.close()
         self.executor.shutdown(wait=True)

@@ -81,6 +81,10 @@ class ServerState(Protocol):
     stats: ServerStats
     queues: QueueCollection
     status: ServerStatus
+    #: Why writes / fetches are refused now (the status in force, the connection limits),
+    #: else None: kept current by the server, read once per request by sessions.
+    writes_refused: str | None
+    reads_refused: str | None
     #: The server-set membership when [zookeeper] is configured, else None.
     membership: Any
     zookeeper_connected: bool
@@ -100,6 +104,10 @@ class ServerState(Protocol):
     def set_status(self, status: ServerStatus) -> None: ...
 
     def describe_status(self) -> str: ...
+
+    def connection_opened(self, conn: Any) -> None: ...
+
+    def connection_closed(self, conn: Any) -> None: ...
 
     def request_shutdown(self, reason: str) -> None: ...
 

@@ -15,10 +15,11 @@ import time
 
 import pytest
 
-from kestreld.bench.memory_transport import MemoryTransport
 from kestreld.protocol import connection as connection_module
+from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config
+from kestreld.testing.memory_transport import MemoryTransport
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ async def connected(tmp_path):
     config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
     server = Server(config)
     await server.start()
-    conn = MemcacheConnection(server)
+    conn = MemcacheConnection(server, COMMANDS, UNKNOWN)
     transport = MemoryTransport()
     conn.connection_made(transport)
     yield conn, transport
@@ -45,9 +46,10 @@ async def test_a_producer_that_only_sets_keeps_no_acknowledged_batches(connected
         queue = b"a" if i % 3 else b"b"  # two journals: batches resolve in any order
         producer.data_received(b"set %s 0 0 4\r\n%04d\r\n" % (queue, i % 10000))
         await _tick()
+        assert len(producer.session.unacked) <= 2, "acknowledged batches are let go"
     assert bytes(transport.data) == b"STORED\r\n" * 3000
-    assert producer.unacked == [], "acknowledged batches are let go"
-    assert producer.out == [] and producer.pending_batches == 0
+    assert not producer.session.puts_pending() and producer.session.unacked == []
+    assert producer.out == [] and producer.pending == 0
 
 
 async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(connected):
@@ -56,7 +58,7 @@ async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(connected):
     assert bytes(transport.data) == b"", "nothing before the batch is written"
     await _tick()
     assert bytes(transport.data) == b"STORED\r\nSTORED\r\nVALUE p 0 1\r\nx\r\nEND\r\n"
-    assert conn.unacked == [] and not conn.held
+    assert conn.session.unacked == [] and not conn.held
 
 
 async def _until(condition, what: str, seconds: float = 30.0) -> None:

@@ -1,4 +1,4 @@
-"""Dependencies point one way: protocol -> queues -> journal; stats reads state only;
+"""Dependencies point one way: protocol -> session -> queues -> journal; stats reads state only;
 cluster (ZooKeeper server sets) and client beside them.
 
 Two checks anyone can run: each layer imports alone in a fresh interpreter
@@ -32,9 +32,25 @@ FORBIDDEN = {
         "kestreld.server",
         "kestreld.stats",
     ],
-    "kestreld.queues": ["kestreld.protocol", "kestreld.server", "kestreld.stats"],
+    "kestreld.queues": [
+        "kestreld.protocol",
+        "kestreld.session",
+        "kestreld.server",
+        "kestreld.stats",
+    ],
     "kestreld.protocol.framing": ["kestreld.queues", "kestreld.journal", "kestreld.server"],
-    "kestreld.protocol.connection": ["kestreld.server", "kestreld.stats"],
+    # The server passes the command table in: the connection never loads it.
+    "kestreld.protocol.connection": [
+        "kestreld.server",
+        "kestreld.stats",
+        "kestreld.protocol.commands",
+    ],
+    "kestreld.session": [
+        "kestreld.protocol",
+        "kestreld.server",
+        "kestreld.stats",
+        "kestreld.cluster",
+    ],
     "kestreld.stats": ["kestreld.protocol", "kestreld.server"],
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
@@ -108,6 +124,14 @@ def _graph() -> dict[str, set[str]]:
 #: (importer prefix, imported prefix): a direct import the layering forbids.
 DIRECT_FORBIDDEN = [
     ("kestreld.protocol", "kestreld.journal"),  # the queue layer gives protocol what it needs
+    ("kestreld.protocol", "kestreld.queues"),  # front ends reach the queues through the session
+    ("kestreld.protocol.connection", "kestreld.protocol.commands"),  # the table is passed in
+    ("kestreld.session", "kestreld.protocol"),  # the session knows no wire syntax
+    ("kestreld.session", "kestreld.server"),
+    ("kestreld.session", "kestreld.stats"),
+    ("kestreld.session", "kestreld.cluster"),
+    ("kestreld.queues", "kestreld.session"),
+    ("kestreld.journal", "kestreld.session"),
     ("kestreld.protocol", "kestreld.server"),
     ("kestreld.protocol", "kestreld.stats"),
     ("kestreld.stats", "kestreld.protocol"),
@@ -158,3 +182,58 @@ def test_no_import_cycles_in_the_package():
         if node not in state:
             visit(node)
     assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+# --- objects change their own state through their own verbs ---------------------------------
+
+#: Files whose code may only assign fields of ``self`` (never ``other.field = ...`` nor
+#: ``self.other.field = ...``): the front ends, the session and the server.
+OWN_FIELDS_ONLY = ["kestreld/protocol", "kestreld/session", "kestreld/server.py"]
+
+#: (file, name) pairs allowed to assign fields of ``name``, and why.
+FIELD_WRITES_ALLOWED = {
+    # A Fetch is a record (a get's options, then its outcome): its fields are its interface.
+    ("kestreld/protocol/commands.py", "opts"),
+    ("kestreld/protocol/commands.py", "f"),
+    ("kestreld/session/session.py", "f"),
+    # The factory of PendingReply beside the class fills a new instance.
+    ("kestreld/session/reply.py", "reply"),
+}
+
+
+def _field_writes(path: Path) -> list[str]:
+    """``x.field = ...`` (and ``+=``) in ``path`` where x is not ``self``."""
+    rel = str(path.relative_to(ROOT))
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        flat = []
+        for t in targets:
+            flat.extend(t.elts if isinstance(t, ast.Tuple) else [t])
+        for t in flat:
+            if not isinstance(t, ast.Attribute):
+                continue
+            owner = t.value
+            if isinstance(owner, ast.Name) and owner.id == "self":
+                continue
+            if isinstance(owner, ast.Name) and (rel, owner.id) in FIELD_WRITES_ALLOWED:
+                continue
+            # Counters are plain tallies every layer adds to.
+            if ast.unparse(owner).endswith("stats"):
+                continue
+            found.append(f"{rel}:{t.lineno}: {ast.unparse(t)} =")
+    return found
+
+
+def test_front_ends_session_and_server_write_only_their_own_fields():
+    paths: list[Path] = []
+    for entry in OWN_FIELDS_ONLY:
+        p = ROOT / entry
+        paths.extend(sorted(p.rglob("*.py")) if p.is_dir() else [p])
+    bad = [w for p in paths for w in _field_writes(p)]
+    assert bad == [], "write through the object's own verb instead:\n" + "\n".join(bad)

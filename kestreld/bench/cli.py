@@ -4,7 +4,7 @@ Every command starts its own server(s) on a free loopback port, in a fresh
 queue folder, and stops them when done.  Run ``kestreld bench <command> --help``.
 Three more commands are programs of their own, passed their arguments as they
 are: ``hotpath`` (the server's Python cost per request, in process), ``soak``
-(the crash soak) and ``pipeline`` (the Spark data source against the codec).
+(the crash soak), ``model`` (the model-based test of the queue core) and ``pipeline`` (the Spark data source against the codec).
 """
 
 from __future__ import annotations
@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="more commands, each with its own --help:\n"
         "  hotpath    the server's own Python cost per set/get/reliable item, in process\n"
         "  soak       crash soak: kill -9 under mixed load, then check the ledger\n"
+        "  model      the queue core against a model of Kestrel (the long model-based run)\n"
+        "  resources  descriptors, waiter and flush memory (docs/operations.md's figures)\n"
         "  pipeline   the Spark data source against the plain-Python codec\n"
         "\nexamples:\n"
         "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
@@ -595,6 +597,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 PROGRAMS = {
     "hotpath": "kestreld.bench.hotpath",
     "soak": "kestreld.bench.soak",
+    "model": "kestreld.bench.queue_model",
+    "resources": "kestreld.bench.resources",
     "pipeline": "kestreld.bench.pipeline",
 }
 

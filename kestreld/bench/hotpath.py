@@ -30,11 +30,12 @@ import tempfile
 import time
 
 from kestreld import __version__
-from kestreld.bench.memory_transport import MemoryTransport
 from kestreld.compiled import implementation
 from kestreld.log import configure_logging
+from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config
+from kestreld.testing.memory_transport import MemoryTransport
 
 
 async def _rounds(conns, request: bytes, rounds: int) -> float:
@@ -53,7 +54,7 @@ async def measure(workload: str, connections: int, rounds: int, size: int, folde
     server = Server(config)
     await server.start()
     try:
-        conns = [MemcacheConnection(server) for _ in range(connections)]
+        conns = [MemcacheConnection(server, COMMANDS, UNKNOWN) for _ in range(connections)]
         for c in conns:
             c.connection_made(MemoryTransport(keep=False))
         payload = b"x" * size

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kestreld import __version__
-from kestreld.bench.process import KestreldProcess
 from kestreld.compiled import implementation
+from kestreld.testing.process import KestreldProcess
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NCPU = os.cpu_count() or 1

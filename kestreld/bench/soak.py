@@ -43,7 +43,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kestreld.bench.process import Conn, KestreldProcess
+from kestreld.testing.process import Conn, KestreldProcess
 
 QUEUE = "crash"
 READERS = (QUEUE, f"{QUEUE}+audit", f"{QUEUE}+tail")  # reliable, reliable fanout, plain-get fanout

@@ -166,8 +166,8 @@ class AsyncClient(ClusterOperations[AsyncConnection]):
         except StopIteration as done:
             return done.value
 
-    async def _close_open(self, prev: Item) -> Item | None:
-        """Confirm ``prev`` and open the next item on its connection; as :meth:`Client._close_open`."""
+    async def confirm_and_open(self, prev: Item) -> Item | None:
+        """Confirm ``prev`` and open the next item on its connection; as :meth:`Client.confirm_and_open`."""
         return await self._drive(self._next_open(prev))
 
     async def _on_all(self, request: Request[T], *, require_all: bool = False) -> dict[str, T]:

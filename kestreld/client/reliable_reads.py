@@ -49,7 +49,7 @@ class ReliableReads:
         prev, self.current = self.current, None
         if prev is not None and prev.is_open:
             if self._streak < self.switch_after:
-                item = self.client._close_open(prev)
+                item = self.client.confirm_and_open(prev)
                 if item is not None:
                     self._streak += 1
                     self.current = item
@@ -102,7 +102,7 @@ class AsyncReliableReads:
         prev, self.current = self.current, None
         if prev is not None and prev.is_open:
             if self._streak < self.switch_after:
-                item = await self.client._close_open(prev)
+                item = await self.client.confirm_and_open(prev)
                 if item is not None:
                     self._streak += 1
                     self.current = item

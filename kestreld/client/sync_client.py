@@ -227,7 +227,7 @@ class Client(ClusterOperations[Connection]):
         except StopIteration as done:
             return done.value
 
-    def _close_open(self, prev: Item) -> Item | None:
+    def confirm_and_open(self, prev: Item) -> Item | None:
         """Confirm ``prev`` and open the next item on its connection, in one round trip.
 
         None when that server has no next item (``prev`` is confirmed all

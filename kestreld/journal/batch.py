@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kestreld.journal.writer import Segment
+    from kestreld.journal.segment import Segment
 
 
 class Batch:
@@ -43,3 +43,26 @@ class Batch:
         self.callbacks = []
         for fn in callbacks:
             fn(self)
+
+
+def joined(batches: list[Batch | None]) -> Batch | None:
+    """One ticket for several (``flush_all``): resolves once all did, with the first error."""
+    waiting = [b for b in batches if b is not None and not (b.done and b.error is None)]
+    if not waiting:
+        return None
+    if len(waiting) == 1:
+        return waiting[0]
+    together = Batch()
+    left = [len(waiting)]
+    errors: list[str] = []
+
+    def one_done(batch: Batch) -> None:
+        if batch.error is not None:
+            errors.append(batch.error)
+        left[0] -= 1
+        if not left[0]:
+            together.resolve(errors[0] if errors else None)
+
+    for batch in waiting:
+        batch.add_done_callback(one_done)
+    return together

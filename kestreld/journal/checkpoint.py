@@ -1,14 +1,14 @@
 """Reading a reader's progress file ``<queue>.read.<reader>``.
 
 The file is a libkestrel checkpoint (READ_HEAD, READ_DONE) followed by the
-READ_DONE records of every confirm since its last rewrite (see
-:mod:`kestreld.journal.progress`, which writes it).  Its state is the last
-READ_HEAD and the union of the READ_DONE ids above it.
+READ_DONE records of every confirm, discard and expiry since its last rewrite,
+and READ_HEAD jumps (see :mod:`kestreld.journal.progress`, which writes it).
+Its state is the last READ_HEAD and the union of the READ_DONE ids above it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kestreld.journal import codec
 
@@ -18,6 +18,8 @@ class Checkpoint:
     head: int
     done: set[int]
     problem: str | None = None  # set when the file was damaged and fell back
+    #: Ids at or below the head still owed (reads open when a flush jumped past them).
+    held: set[int] = field(default_factory=set)
 
 
 def read_checkpoint(path: str) -> Checkpoint | None:
@@ -35,5 +37,5 @@ def read_checkpoint(path: str) -> Checkpoint | None:
         return None
     except OSError as e:
         return Checkpoint(0, set(), f"cannot read: {e.strerror}")
-    head, done, problem = codec.decode_checkpoint(data)
-    return Checkpoint(head, done, problem)
+    head, done, held, problem = codec.decode_progress(data)
+    return Checkpoint(head, done, problem, held)

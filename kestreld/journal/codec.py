@@ -277,35 +277,55 @@ def decode_file(data: bytes, *, include_data: bool = True) -> DecodedFile:
 
 
 def decode_checkpoint(data: bytes) -> tuple[int, set[int], str | None]:
-    """(head, done ids, problem) from a reader's progress file.
+    """(head, done ids, problem) from a reader's progress file (see :func:`decode_progress`)."""
+    head, done, _held, problem = decode_progress(data)
+    return head, done, problem
+
+
+def decode_progress(data: bytes) -> tuple[int, set[int], set[int], str | None]:
+    """(head, done ids, held ids, problem) from a reader's progress file.
 
     The file is a checkpoint (READ_HEAD, READ_DONE) followed by any number of
-    appended READ_DONE records; the done ids are the union of them all.
+    appended READ_DONE records (confirms, discards, expiries) and READ_HEAD
+    jumps (a flush, a reader created at the tail); the done ids are the union
+    of the READ_DONE ids above the last READ_HEAD.  A jump only moves forward.
+
+    *Held* ids are ids at or below the head that are still owed (reads open
+    when a flush moved the head past them): written as negative ids in a
+    READ_DONE, and released by a later positive one.  libkestrel's decoder
+    sees them as done ids below the head and ignores them.
 
     A damaged checkpoint yields what could be read and a problem; the caller
     decides how to fall back (kestreld re-delivers rather than loses).
     """
     decoded = decode_file(data, include_data=False)
     if decoded.kind is not FileKind.READER:
-        return 0, set(), decoded.problem or "not a reader checkpoint"
+        return 0, set(), set(), decoded.problem or "not a reader checkpoint"
     head: int | None = None
     done: set[int] = set()
+    held: set[int] = set()
     problem = decoded.problem
     for n, rec in enumerate(decoded.records):
         if isinstance(rec, ReadHead):
-            if n:
-                # Only the rewrite writes a READ_HEAD, first; appends are READ_DONEs.
-                # One further down is damage (a flipped command byte): stop there.
-                problem = f"READ_HEAD after the first record at offset {rec.offset}"
+            if n and (head is None or rec.id < head):
+                # A jump never goes back: one that does is damage (a flipped command byte).
+                problem = f"READ_HEAD going back at offset {rec.offset}"
                 break
             head = rec.id
+            done = {i for i in done if i > head}
+            held = set()
         elif isinstance(rec, ReadDone):
-            done.update(rec.ids)
+            for i in rec.ids:
+                if i < 0:
+                    held.add(-i)
+                else:
+                    done.add(i)
+                    held.discard(i)
         else:
             # A progress file holds nothing else: a record of another kind is damage
             # (a flipped command byte can make a skippable record), so stop there.
             problem = f"unexpected record in a progress file at offset {rec.offset}"
             break
     if head is None:
-        return 0, set(), problem or "checkpoint has no READ_HEAD"
-    return head, {i for i in done if i > head}, problem
+        return 0, set(), set(), problem or "checkpoint has no READ_HEAD"
+    return head, {i for i in done if i > head}, {i for i in held if i <= head}, problem

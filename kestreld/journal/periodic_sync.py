@@ -31,8 +31,15 @@ log = structlog.get_logger("kestreld.journal")
 #: After a failed fsync, puts are refused for this long before the next attempt.
 WRITE_RETRY_MS = 1000
 
-#: Called with the seconds each fsync took (set by the metrics endpoint).
+#: Called with the seconds each fsync took (see :func:`observe_fsyncs`).
 fsync_observer: Callable[[float], None] | None = None
+
+
+def observe_fsyncs(observer: Callable[[float], None] | None) -> Callable[[float], None] | None:
+    """Report every fsync's duration to ``observer`` (None: to nobody); returns the previous one."""
+    global fsync_observer
+    previous, fsync_observer = fsync_observer, observer
+    return previous
 
 
 class PeriodicSync:
@@ -82,6 +89,10 @@ class PeriodicSync:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- what the journal reports -------------------------------------------------------
+
+    def refuse_writes(self) -> None:
+        """A write or fsync failed: refuse puts for a while before the next attempt."""
+        self.failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
 
     def written(self, batches: list[Batch]) -> None:
         """Batches handed to the OS: acknowledge them now, or after the next fsync."""
@@ -186,7 +197,7 @@ class PeriodicSync:
         if exc is not None:
             error = f"journal fsync failed: {getattr(exc, 'strerror', None) or exc}"
             log.error("journal_fsync_failed", queue=self.queue, error=str(exc))
-            self.failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
+            self.refuse_writes()
             if folder is not None:
                 self._dir_dirty = True  # the folder's names are not known durable yet
         for batch in waiting:

@@ -16,6 +16,7 @@ cdef class ProgressLog:
     cdef public list _pending
     cdef public Batch _batch
     cdef public dict _inflight
+    cdef public object _jump
     cdef public bint compacting
     cdef public bint created
 

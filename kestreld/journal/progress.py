@@ -1,8 +1,9 @@
 """A reader's progress file: its checkpoint plus the confirms appended since.
 
 ``<queue>.read.<reader>`` starts as a libkestrel checkpoint (magic, READ_HEAD,
-READ_DONE).  Every confirm is then appended to it as one more READ_DONE
-record, written in the same event-loop tick as the writer journal's batch and
+READ_DONE).  Every confirm (and every discard, drop and expiry) is then
+appended to it as one more READ_DONE record, and every flush as a READ_HEAD
+jump, written in the same event-loop tick as the writer journal's batch and
 synced by the same group fsync, so a confirm is acknowledged at the same
 durability as a put.  libkestrel readers read a checkpoint's records in order
 (the done-set is the union of the READ_DONE ids above the last READ_HEAD), so
@@ -46,6 +47,7 @@ class ProgressLog:
         "_pending",
         "_batch",
         "_inflight",
+        "_jump",
         "compacting",
         "created",
     )
@@ -59,6 +61,8 @@ class ProgressLog:
         self._pending: list[int] = []  # confirmed ids not yet written
         self._batch: Batch | None = None  # the ticket of the pending ids
         self._inflight: dict[Batch, list[int]] = {}  # written, not yet acknowledged
+        # A READ_HEAD jump not yet written: the new head and the ids below it still owed.
+        self._jump: tuple[int, list[int]] | None = None
         self.compacting = False  # a rewrite runs: appends wait for it
         # The file was just created: its name is durable only once the folder is fsynced.
         self.created = False
@@ -73,9 +77,35 @@ class ProgressLog:
             batch = self._batch = Batch()
         return batch
 
+    def jump(self, head: int, held: list[int]) -> Batch:
+        """Queue a READ_HEAD jump to ``head`` (a flush, a reader starting at the tail).
+
+        ``held``: ids at or below ``head`` that are still owed (open reads); they
+        are written as negative ids after the jump.  The batch resolves once the
+        jump is durable, with the confirms of the same tick.
+        """
+        self._jump = (head, sorted(held))
+        batch = self._batch
+        if batch is None:
+            batch = self._batch = Batch()
+        return batch
+
     @property
     def has_pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending) or self._jump is not None
+
+    def begin_rewrite(self) -> None:
+        """A rewrite of the file starts: appends wait until :meth:`swap` or :meth:`rewrite_failed`."""
+        self.compacting = True
+
+    def rewrite_failed(self) -> None:
+        """The rewrite did not replace the file: appends go on to the old one."""
+        self.compacting = False
+
+    def take_created(self) -> bool:
+        """True once after the file was created (its name needs the folder fsynced)."""
+        created, self.created = self.created, False
+        return created
 
     def inflight_ids(self) -> list[int]:
         """Ids written to the file whose batch is not resolved yet (a rewrite keeps them)."""
@@ -91,12 +121,20 @@ class ProgressLog:
         record and resolves the batch with the error: those confirms are not
         acknowledged and their reads stay open.
         """
-        if not self._pending or self.compacting:
+        jump = self._jump
+        if (not self._pending and jump is None) or self.compacting:
             return None
         ids, self._pending = self._pending, []
         batch, self._batch = self._batch, None
         assert batch is not None
-        record = codec.encode_read_done(ids)
+        record = b""
+        if jump is not None:
+            self._jump = None
+            record = codec.encode_read_head(jump[0])
+            if jump[1]:
+                record += codec.encode_read_done([-i for i in jump[1]])
+        if ids:
+            record += codec.encode_read_done(ids)
         try:
             if self.fd < 0:
                 self._open()
@@ -150,6 +188,7 @@ class ProgressLog:
         old, self.fd = self.fd, -1
         batch, self._batch = self._batch, None
         ids, self._pending = self._pending, []
+        self._jump = None
         if batch is not None:
             # The reader (its queue) was deleted: nothing is left to deliver again,
             # so its last confirms stand (no SERVER_ERROR for a close racing a delete).
@@ -173,9 +212,12 @@ class FolderNotSynced(OSError):
     """
 
 
-def rewrite(path: str, head: int, done: list[int], sync_folder: bool) -> None:
+def rewrite(
+    path: str, head: int, done: list[int], sync_folder: bool, held: list[int] | None = None
+) -> None:
     """Atomically replace the progress file by one READ_HEAD and one READ_DONE.
 
+    ``held``: ids at or below the head still owed (written as negative ids).
     Blocking: runs off the event loop.  ``<file>~~<ms>`` is written, fsynced
     and renamed over the file (then the folder is fsynced, so the rename
     itself survives a power loss), so a crash leaves the old or the new file,
@@ -183,7 +225,10 @@ def rewrite(path: str, head: int, done: list[int], sync_folder: bool) -> None:
     fsync failed, any other ``OSError`` when the file was not replaced.
     """
     tmp = f"{path}~~{int(time.time() * 1000)}"
-    data = codec.encode_checkpoint(head, sorted(done))
+    ids = sorted(done)
+    if held:
+        ids = [-i for i in sorted(held)] + ids  # owed below the head (see codec.decode_progress)
+    data = codec.encode_checkpoint(head, ids)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

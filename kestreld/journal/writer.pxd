@@ -9,18 +9,7 @@ cimport cython
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.periodic_sync cimport PeriodicSync
 from kestreld.journal.progress cimport ProgressLog
-
-
-cdef class Segment:
-    cdef public object stamp
-    cdef public object path
-    cdef public long long first_id
-    cdef public long long last_id
-    cdef public long long size
-    cdef public long long written
-    cdef public long long visible
-    cdef public object items
-    cdef public object data_bytes
+from kestreld.journal.segment cimport Segment
 
 
 cdef class WriterJournal:

@@ -14,6 +14,7 @@ whether the write (and fsync) succeeded.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import time
 from concurrent.futures import Executor
@@ -23,55 +24,20 @@ import structlog
 from kestreld.journal import codec
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
-from kestreld.journal.cursor import SegmentReader
 from kestreld.journal.files import segment_name, unlink_quietly
-from kestreld.journal.periodic_sync import WRITE_RETRY_MS, PeriodicSync
+from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
+from kestreld.journal.segment import Segment, SegmentReader
 
 log = structlog.get_logger("kestreld.journal")
 
 
+#: Start-up scans the segments past a reader's head whole up to this size (exact counts).
+EXACT_SCAN_BYTES = 64 * 1024 * 1024
+
+
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
-
-
-class Segment:
-    """One writer file.  ``first_id`` is 0 while the segment holds no put."""
-
-    __slots__ = (
-        "stamp",
-        "path",
-        "first_id",
-        "last_id",
-        "size",
-        "written",
-        "visible",
-        "items",
-        "data_bytes",
-    )
-
-    def __init__(
-        self,
-        stamp: int,
-        path: str,
-        first_id: int = 0,
-        last_id: int = 0,
-        size: int = codec.MAGIC_SIZE,
-        written: int = codec.MAGIC_SIZE,
-        visible: int = codec.MAGIC_SIZE,
-        items: int = 0,
-        data_bytes: int = 0,
-    ) -> None:
-        self.stamp = stamp
-        self.path = path
-        self.first_id = first_id
-        self.last_id = last_id
-        self.size = size  # logical size, including bytes still in the buffer
-        self.written = written  # bytes handed to the OS
-        # Bytes of successfully acknowledged batches: what readers may read.
-        self.visible = visible
-        self.items = items
-        self.data_bytes = data_bytes
 
 
 class WriterJournal:
@@ -317,8 +283,16 @@ class WriterJournal:
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
+            loop = self._loop
+            if loop is None:
+                try:
+                    loop = self._loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    # Driven outside an event loop (offline tools, tests): write now.
+                    self.flush()
+                    return
             self._flush_scheduled = True
-            self._get_loop().call_soon(self.flush)
+            loop.call_soon(self.flush)
 
     def retire(self, fd: int) -> None:
         """A progress file descriptor no longer written: closed once no fsync can use it."""
@@ -398,7 +372,7 @@ class WriterJournal:
         if batch is not None:
             batch.resolve(f"journal write failed: {e.strerror}")
         # The ids of the failed batch are gone from disk; the segment keeps its range.
-        self.sync.failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
+        self.sync.refuse_writes()
         log.warning("journal_batch_dropped", queue=self.queue, bytes=lost)
 
     def flush(self) -> None:
@@ -422,8 +396,7 @@ class WriterJournal:
             if done is not None:
                 written.append(done)
                 self.sync.wrote_to(log_.fd)
-                if log_.created:  # found by test_power_loss.py: the name must be fsynced too
-                    log_.created = False
+                if log_.take_created():  # found by test_power_loss.py: the name must be fsynced too
                     self.sync.new_file()
         return written
 
@@ -489,6 +462,52 @@ class WriterJournal:
         """Acknowledged PUTs of ``seg`` from ``offset`` (see :meth:`SegmentReader.read`)."""
         return self.reader.read(seg, offset, max_bytes)
 
+    def unread(self, head: int, done: set[int], held: set[int]) -> tuple[int, int, list[codec.Put]]:
+        """What a reader restored at ``head`` has left: (items, data bytes, held puts).
+
+        Exact when the segments past ``head`` hold at most :data:`EXACT_SCAN_BYTES`
+        (their record headers are scanned, so ids confirmed out of order, ids
+        lost to a failed batch and expiry headers never skew the counts).  Past
+        that, only the segment holding the head and those holding done or held
+        ids are scanned; the counts of the others come from their size (each
+        item with an expiry counts 8 bytes too many until it is read), so a
+        large backlog does not delay start-up.
+        """
+        items = nbytes = 0
+        found: list[codec.Put] = []
+        low = min(held) if held else head + 1
+        wanted = [s for s in self.segments if s.first_id and s.last_id >= low]
+        exact = sum(s.size for s in wanted) <= EXACT_SCAN_BYTES
+        marked = sorted(done | held)
+        for seg in wanted:
+            if not exact and seg.first_id > head and not _any_within(marked, seg):
+                items += seg.items
+                nbytes += seg.data_bytes
+                continue
+            with open(seg.path, "rb") as f:
+                data = f.read(seg.visible)
+            res = codec.scan(data, codec.MAGIC_SIZE, include_data=bool(held))
+            for rec in res.records:
+                if not isinstance(rec, codec.Put):
+                    continue
+                id_ = rec.id
+                if id_ > head:
+                    if id_ not in done:
+                        items += 1
+                        nbytes += rec.size
+                elif id_ in held:
+                    found.append(rec)
+        found.sort(key=_put_id)
+        return items, nbytes, found
+
+    def reconfigure(
+        self, max_journal_size: int, sync_journal: int | None, archive_path: str | None
+    ) -> None:
+        """A reloaded config: the next rotation and fsync follow it."""
+        self.max_journal_size = max_journal_size
+        self.sync.sync_journal = sync_journal
+        self.archive_path = archive_path
+
     # --- dead segments ----------------------------------------------------------------
 
     def remove_dead(self, min_head: int, keep_from: int | None = None) -> list[str]:
@@ -518,6 +537,16 @@ class WriterJournal:
         for seg in self.segments:
             unlink_quietly(seg.path)
         self.segments = []
+
+
+def _put_id(put: codec.Put) -> int:
+    return put.id
+
+
+def _any_within(ids: list[int], seg: Segment) -> bool:
+    """Some id of the sorted ``ids`` falls in ``seg``'s range."""
+    i = bisect.bisect_left(ids, seg.first_id)
+    return i < len(ids) and ids[i] <= seg.last_id
 
 
 def _close(fd: int) -> None:

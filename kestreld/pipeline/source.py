@@ -24,7 +24,6 @@ journals; columns are described in :mod:`kestreld.pipeline.schema`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -39,47 +38,13 @@ from pyspark.sql.types import StructType
 
 from kestreld.pipeline.columnar import problem_batch, read_file
 from kestreld.pipeline.listing import JournalFile, group_files, list_journal_files
+from kestreld.pipeline.options import option, option_bool, option_paths
 from kestreld.pipeline.schema import SCHEMA_DDL
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 SOURCE_NAME = "kestrel_journal"
-
-
-def option(options: Mapping[str, str], key: str) -> str | None:
-    """An option by case-insensitive name (Spark lower-cases option names)."""
-    value = options.get(key)
-    if value is None:
-        wanted = key.lower()
-        value = next((v for k, v in options.items() if k.lower() == wanted), None)
-    return value
-
-
-def option_bool(options: Mapping[str, str], key: str, default: bool) -> bool:
-    """A boolean option (``true``/``false``, case-insensitive)."""
-    value = option(options, key)
-    if value is None:
-        return default
-    return str(value).strip().lower() in ("true", "1", "yes", "on")
-
-
-def option_paths(options: Mapping[str, str]) -> list[str]:
-    """The paths given to ``load``: ``path`` (one) or ``paths`` (a JSON list, several)."""
-    paths: list[str] = []
-    raw = option(options, "paths")
-    if raw:
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = [raw]
-        paths.extend(value if isinstance(value, list) else [str(value)])
-    single = option(options, "path")
-    if single:
-        paths.append(single)
-    if not paths:
-        raise ValueError("kestrel_journal: give a queue folder or journal files to load()")
-    return paths
 
 
 @dataclass

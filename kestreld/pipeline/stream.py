@@ -34,7 +34,7 @@ from kestreld.journal import codec
 from kestreld.journal.files import scan_folder
 from kestreld.pipeline.columnar import read_segment
 from kestreld.pipeline.listing import FileKind, JournalFile
-from kestreld.pipeline.source import option, option_bool, option_paths
+from kestreld.pipeline.options import option, option_bool, option_paths
 
 try:  # PySpark >= 4.1
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow

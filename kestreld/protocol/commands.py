@@ -2,20 +2,21 @@
 
 Flat, in memcached's ``proto_text`` style: one small function per command,
 taking the connection and the request's words (``args[0]`` is the command).
-A handler appends its reply to ``conn.out``; the connection keeps replies in
+A handler parses the words, calls the connection's
+:class:`~kestreld.session.session.Session` (which knows no memcache syntax)
+and appends the reply to ``conn.out``; the connection keeps replies in
 request order and drops them for ``noreply``.  Storage commands other than
 ``set`` and meta commands are not a queue server's: they get one error line,
 after their data block has been skipped.
+
+The server passes :data:`COMMANDS` and :data:`UNKNOWN` to each connection:
+the connection never imports this module.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import deque
 from typing import TYPE_CHECKING
-
-import structlog
 
 from kestreld.names import split_queue_name
 from kestreld.protocol.framing import META_SET, STORAGE, Command
@@ -30,25 +31,18 @@ from kestreld.protocol.replies import (
     NOT_STORED,
     RELOADED,
     STORED,
-    VALUE_END,
     client_error,
     server_error,
 )
-from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
-from kestreld.queues.reader import OpenRead, Reader
+from kestreld.session.errors import NoOpenRead, NotStored, NotWritable, PutFailed
+from kestreld.session.fetch import Fetch
 from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
-    from kestreld.protocol.confirm_reply import ConfirmReply
     from kestreld.protocol.connection import MemcacheConnection
-    from kestreld.queues.item import QueueItem
-    from kestreld.state import ServerState
-
-log = structlog.get_logger("kestreld.protocol")
 
 _RELATIVE_EXPIRY_LIMIT = 1_000_000
 _MAX_TIME_MS = (1 << 63) - 1
-CRLF = b"\r\n"
 
 # --- names and get options ----------------------------------------------------------------
 
@@ -74,20 +68,10 @@ def queue_name(raw: bytes) -> str | None:
     return name
 
 
-class GetOptions:
-    """Parsed options of ``get <q>[/t=ms][/open][/close][/abort][/peek]``."""
-
-    __slots__ = ("name", "timeout", "open", "close", "abort", "peek")
-
-    def __init__(self) -> None:
-        self.name = ""
-        self.timeout = 0
-        self.open = self.close = self.abort = self.peek = False
-
-
-def parse_get(key: bytes) -> GetOptions | bytes:
-    """Options of a get key, or the CLIENT_ERROR reply for a bad one."""
-    opts = GetOptions()
+def parse_get(key: bytes) -> Fetch | bytes:
+    """The fetch a get key asks for, or the CLIENT_ERROR reply for a bad one."""
+    opts = Fetch()
+    opts.key = key
     parts = key.split(b"/")
     if not parts[0]:
         return MISSING_QUEUE_NAME
@@ -126,44 +110,6 @@ def _name_arg(conn: MemcacheConnection, args: list[bytes]) -> str | None:
     return name
 
 
-# --- refusals by status and connection count (Kestrel 2.4) -------------------------------
-
-_WRITES_OVER_LIMIT = server_error("too many connections for writes")
-_READS_OVER_LIMIT = server_error("too many connections for reads")
-
-
-def write_refusal(server: ServerState) -> bytes | None:
-    """The SERVER_ERROR that refuses a write now, or None: READONLY and QUIESCENT refuse
-    (WRITEAVOID only leaves the write server set), as do more than
-    ``connection_limit_refuse_writes`` connections."""
-    status = server.status
-    if status is not ServerStatus.UP and status is not ServerStatus.WRITEAVOID:
-        return server_error(f"server is {status.value}")
-    limit = server.config.connection_limit_refuse_writes
-    if limit is not None and len(server.connections) > limit:
-        return _WRITES_OVER_LIMIT
-    return None
-
-
-def read_refusal(server: ServerState) -> bytes | None:
-    """The SERVER_ERROR that refuses a fetch now, or None: QUIESCENT refuses, as do more
-    than ``connection_limit_refuse_reads`` connections."""
-    if server.status is ServerStatus.QUIESCENT:
-        return server_error("server is QUIESCENT")
-    limit = server.config.connection_limit_refuse_reads
-    if limit is not None and len(server.connections) > limit:
-        return _READS_OVER_LIMIT
-    return None
-
-
-def _writable(conn: MemcacheConnection) -> bool:
-    refusal = write_refusal(conn.server)
-    if refusal is None:
-        return True
-    conn.out.append(refusal)
-    return False
-
-
 # --- set ----------------------------------------------------------------------------------
 
 
@@ -187,15 +133,12 @@ def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
     if "+" in name:
         out.append(client_error("cannot set to a fanout reader; write to the queue"))
         return False
-    server = conn.server
-    refusal = write_refusal(server)
-    if refusal is not None:
-        out.append(refusal)
+    try:
+        conn.session.admit_put(name, size)
+    except NotWritable as e:
+        out.append(server_error(str(e)))
         return False
-    # The queue's own config (the same object, kept current by reloads) saves a lookup.
-    queue = server.queues.queues.get(name)
-    config = queue.config if queue is not None else server.config.queue(name)
-    if size > config.max_item_size:
+    except NotStored:
         out.append(NOT_STORED)
         return False
     if exptime == 0:
@@ -207,46 +150,30 @@ def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
     if not -_MAX_TIME_MS <= expire <= _MAX_TIME_MS:  # the journal stores an i64
         out.append(BAD_COMMAND_LINE)
         return False
-    conn.put_target = (name, expire, len(args) > 5 and args[-1] == b"noreply")
+    conn.expect_put(name, expire, len(args) > 5 and args[-1] == b"noreply")
     return True
 
 
 def cmd_set(conn: MemcacheConnection, args: list[bytes], data: bytes) -> None:
     """The block of an accepted ``set``: store it; STORED once its journal batch is written."""
-    name, expire, noreply = conn.put_target  # type: ignore[misc]
-    conn.put_target = None
-    now = int(time.time() * 1000)
-    out = conn.out
+    name, expire, noreply = conn.take_put()
     try:
-        batch = conn.server.queues.put(name, data, expire, now)
-    except QueueFull:
+        reply = conn.session.put(name, data, expire, not noreply)
+    except NotStored:
         if not noreply:
-            out.append(NOT_STORED)
+            conn.out.append(NOT_STORED)
         return
-    except JournalWriteError as e:
+    except PutFailed as e:
         if not noreply:
-            out.append(server_error(str(e)))
+            conn.out.append(server_error(str(e)))
         return
-    except OSError as e:
-        log.error("put_failed", queue=name, error=str(e))
-        if not noreply:
-            out.append(server_error(f"journal write failed: {e.strerror}"))
-        return
-    if batch is not None and not batch.done:
-        conn.watch_batch(batch)
-    if noreply:
-        return
-    if batch is None or batch.done:
+    if reply is not None:
+        conn.hold(reply)  # STORED once the journal has it
+    elif not noreply:
         observe = conn.server.latency_observer
         if observe is not None:
             observe("set", 0.0)
-        if batch is not None and batch.error is not None:
-            out.append(server_error(batch.error))
-        else:
-            out.append(STORED)
-        return
-    out.append(batch)  # type: ignore[arg-type]  # replaced by STORED when the batch resolves
-    conn.pending_batches += 1
+        conn.out.append(STORED)
 
 
 def accept_unsupported(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
@@ -272,268 +199,37 @@ def cmd_get(conn: MemcacheConnection, args: list[bytes]) -> None:
     if len(args) > 2:
         _get_many(conn, args[1:], with_cas)
         return
-    key = args[1]
-    opts = parse_get(key)
-    if opts.__class__ is bytes:
-        conn.out.append(opts)  # type: ignore[arg-type]
+    f = parse_get(args[1])
+    if f.__class__ is bytes:
+        conn.out.append(f)  # type: ignore[arg-type]
         return
-    if not _get_one(conn, key, opts, True, with_cas) and conn.waiting is None:  # type: ignore[arg-type]
-        conn.out.append(END)
+    f.with_id = with_cas  # type: ignore[union-attr]
+    conn.session.fetch(f, True)  # type: ignore[arg-type]
+    conn.answer_fetch(f, True)  # type: ignore[arg-type]
 
 
 def _get_many(conn: MemcacheConnection, keys: list[bytes], with_cas: bool) -> None:
     parsed = []
     for key in keys:
-        opts = parse_get(key)
-        if opts.__class__ is bytes:
-            conn.out.append(opts)  # type: ignore[arg-type]
+        f = parse_get(key)
+        if f.__class__ is bytes:
+            conn.out.append(f)  # type: ignore[arg-type]
             return
-        if opts.open or opts.timeout:  # type: ignore[union-attr]
+        if f.open or f.timeout:  # type: ignore[union-attr]
             conn.out.append(client_error("/open and /t= take a single key"))
             return
-        parsed.append((key, opts))
-    refusal = read_refusal(conn.server)
-    if refusal is not None:
-        conn.out.append(refusal)
+        f.with_id = with_cas  # type: ignore[union-attr]
+        parsed.append(f)
+    session = conn.session
+    try:
+        session.check_readable()
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
         return
-    for key, opts in parsed:
-        _get_one(conn, key, opts, False, with_cas)  # type: ignore[arg-type]
+    for f in parsed:
+        session.fetch(f, False)
+        conn.answer_fetch(f, False)
     conn.out.append(END)
-
-
-def _get_one(
-    conn: MemcacheConnection, key: bytes, opts: GetOptions, single: bool, with_cas: bool
-) -> bool:
-    """One key of a get: its item (if any) goes to ``conn.out``, or a wait begins.
-
-    ``single``: the only key of its get, which may wait and whose reply this
-    completes (True: an item with its END, or an error line).  A key of a
-    multi-key get never waits, and adds only its item.
-    """
-    server = conn.server
-    stats = conn.stats
-    fetch = opts.open or not (opts.close or opts.abort)
-    # QUIESCENT refuses the fetch only: the /close or /abort before it still happens,
-    # so a reliable reader's last item is not redelivered after a drain.
-    refusal = read_refusal(server) if fetch else None
-    refused = refusal is not None
-    reader = server.queues.reader(opts.name, create=fetch and not refused)
-    if reader is None:
-        if refused:
-            conn.out.append(refusal)  # type: ignore[arg-type]
-            return True
-        if fetch:
-            stats.get_misses += 1
-            if opts.peek:
-                stats.cmd_peek += 1
-            else:
-                stats.cmd_get += 1
-        return False
-    reads = conn.open_reads.get(reader)
-    if opts.abort and reads:
-        reader.abort([reads.popleft()])
-    reply = None
-    if opts.close and reads:
-        reply = confirm_reads(conn, reader, [reads.popleft()])
-    if reads is not None and not reads:
-        del conn.open_reads[reader]
-        reads = None
-    if reply is None:
-        return _fetch(conn, reader, key, opts, single, with_cas, refused, reads, None)
-    # The rest of this key's reply waits for its /close to be durable, and goes out with it.
-    outer, conn.out = conn.out, reply.parts
-    try:
-        complete = _fetch(conn, reader, key, opts, single, with_cas, refused, reads, reply)
-        if single and not complete and conn.waiting is None:
-            conn.out.append(END)  # the whole reply is held: a failed close replaces all of it
-            complete = True
-        return complete
-    finally:
-        conn.out = outer
-
-
-def _fetch(
-    conn: MemcacheConnection,
-    reader: Reader,
-    key: bytes,
-    opts: GetOptions,
-    single: bool,
-    with_cas: bool,
-    refused: bool,
-    reads: deque[OpenRead] | None,
-    reply: ConfirmReply | None,
-) -> bool:
-    """The fetch of a get, after its /close or /abort: as :func:`_get_one` returns."""
-    server = conn.server
-    stats = conn.stats
-    fetch = opts.open or not (opts.close or opts.abort)
-    if refused:
-        conn.out.append(read_refusal(server) or _READS_OVER_LIMIT)
-        return True
-    if not fetch:
-        return False
-    if opts.peek:
-        stats.cmd_peek += 1
-    else:
-        stats.cmd_get += 1
-        if reads:
-            if not opts.open or len(reads) >= server.config.max_open_reads:
-                # A plain get while a read is open, or too many open reads.
-                if not single:
-                    return False  # that key has no item
-                conn.out.append(ERROR)
-                return True
-    now = int(time.time() * 1000)
-    item = reader.peek(now) if opts.peek else reader.take(now)
-    if item is not None:
-        stats.get_hits += 1
-        if server.latency_observer is not None:
-            server.latency_observer("get_hit", 0.0)
-        tail = VALUE_END if single else CRLF
-        deliver(conn, reader, key, item, opts.open, opts.peek, tail, with_cas, reply)
-        return single
-    if not single or opts.timeout <= 0 or conn.eof:
-        stats.get_misses += 1
-        return False
-    fut = reader.wait(server.loop, opts.timeout / 1000)
-    conn.waiting = fut
-    conn.waiting_reply = reply
-    started = time.perf_counter()
-    open_, peek = opts.open, opts.peek
-    fut.add_done_callback(lambda f: _on_item(conn, f, reader, key, open_, peek, with_cas, started))
-    return False
-
-
-def _on_item(
-    conn: MemcacheConnection,
-    fut: asyncio.Future,
-    reader: Reader,
-    key: bytes,
-    open_: bool,
-    peek: bool,
-    with_cas: bool,
-    started: float,
-) -> None:
-    """A waiting get ended: with an item, or None at its timeout."""
-    item = None if fut.cancelled() else fut.result()
-    observe = conn.server.latency_observer
-    if observe is not None and not conn.closing:
-        observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - started)
-    reply, conn.waiting_reply = conn.waiting_reply, None
-    if conn.closing or (reply is not None and reply.failed):
-        if item is not None:
-            reader.return_items([item])  # the waiter died (or its /close failed): it goes on
-        if not conn.closing:
-            conn.waiting = None
-            conn.resume()
-        return
-    conn.waiting = None
-    conn.last_active = time.monotonic()  # idle from the reply on, not from the request
-    outer = conn.out
-    if reply is not None and not reply.rendered:
-        conn.out = reply.parts  # still behind its /close: goes out with it
-    else:
-        reply = None
-    try:
-        if item is None:
-            conn.stats.get_misses += 1
-            conn.out.append(END)
-        else:
-            conn.stats.get_hits += 1
-            if peek:
-                reader.return_items([item])  # a peek only looks: the item stays at the head
-            deliver(conn, reader, key, item, open_, peek, VALUE_END, with_cas, reply)
-    finally:
-        conn.out = outer
-    conn.resume()
-
-
-def deliver(
-    conn: MemcacheConnection,
-    reader: Reader,
-    key: bytes,
-    item: QueueItem,
-    open_: bool,
-    peek: bool,
-    tail: bytes,
-    with_cas: bool = False,
-    reply: ConfirmReply | None = None,
-) -> None:
-    """Write one item, then ``tail``; ``/open`` keeps it open, a plain get confirms it.
-
-    A plain get's reply waits until that confirm is durable, like a ``/close``.
-    ``reply``: the held reply of this get's ``/close``, which gives the new read
-    back if that close fails.  ``gets`` adds a cas unique (the item's id), as
-    memcache clients expect; no command takes it back.
-    """
-    data = item.data
-    if with_cas:
-        header = b"VALUE %s 0 %d %d\r\n" % (key, len(data), item.id)
-    else:
-        header = b"VALUE %s 0 %d\r\n" % (key, len(data))
-    conn.out_size += len(data)
-    if peek:
-        conn.out += (header, data, tail)
-        return
-    if open_:
-        conn.out += (header, data, tail)
-        read = reader.open(item)
-        reads = conn.open_reads.get(reader)
-        if reads is None:
-            reads = conn.open_reads[reader] = deque()
-        reads.append(read)
-        if reply is not None:
-            reply.give_back = read
-        return
-    ticket = reader.consume(item)
-    if ticket is None or (ticket.done and ticket.error is None):
-        conn.out += (header, data, tail)
-        return
-    held = conn.hold_reply(ticket, reader)
-    held.parts += (header, data, tail)
-    held.taken = item
-
-
-# --- confirms -----------------------------------------------------------------------------
-
-
-def confirm_reads(
-    conn: MemcacheConnection, reader: Reader, reads: list[OpenRead]
-) -> ConfirmReply | None:
-    """Confirm ``reads``; the reply to hold until that is durable (None: reply now)."""
-    reply = None
-    for read in reads:
-        ticket = reader.confirm(read)
-        if ticket is None:
-            continue
-        if reply is None or reply.batch is not ticket:
-            reply = conn.hold_reply(ticket, reader)
-        reply.reopen.append(read)
-    return reply
-
-
-def undo_confirm(conn: MemcacheConnection, reply: ConfirmReply) -> None:
-    """A confirm could not be made durable: everything its request did is put back."""
-    reader = reply.reader
-    give_back = reply.give_back
-    if give_back is not None:  # the read the same request opened goes back to the queue
-        reads = conn.open_reads.get(reader)
-        if reads is not None and give_back in reads:
-            reads.remove(give_back)
-            if not reads:
-                del conn.open_reads[reader]
-            reader.abort([give_back])
-    for read in reversed(reply.reopen):  # open again, first in line to be confirmed
-        reader.reopen(read)
-        if conn.closing:
-            reader.abort([read])
-            continue
-        reads = conn.open_reads.get(reader)
-        if reads is None:
-            reads = conn.open_reads[reader] = deque()
-        reads.appendleft(read)
-    if reply.taken is not None:
-        reader.return_items([reply.taken])
 
 
 # --- other queue commands -----------------------------------------------------------------
@@ -541,36 +237,64 @@ def undo_confirm(conn: MemcacheConnection, reply: ConfirmReply) -> None:
 
 def cmd_delete(conn: MemcacheConnection, args: list[bytes]) -> None:
     name = _name_arg(conn, args)
-    if name is None or not _writable(conn):
+    if name is None:
         return
-    conn.server.queues.delete(name)
+    try:
+        conn.session.delete(name)
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
+        return
     conn.out.append(DELETED)
 
 
 def cmd_flush(conn: MemcacheConnection, args: list[bytes]) -> None:
     name = _name_arg(conn, args)
-    if name is None or not _writable(conn):
+    if name is None:
         return
-    conn.server.queues.flush(name)
-    conn.out.append(END)
+    try:
+        reply = conn.session.flush(name)
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
+        return
+    if reply is None:
+        conn.out.append(END)
+    else:  # END once the flush (a READ_HEAD jump) is durable, as a confirm's reply
+        reply.parts.append(END)
+        conn.hold(reply)
 
 
 def cmd_flush_all(conn: MemcacheConnection, args: list[bytes]) -> None:
-    if _writable(conn):
-        conn.server.queues.flush_all()
+    try:
+        reply = conn.session.flush_all()
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
+        return
+    if reply is None:
         conn.out.append(FLUSHED_ALL)
+    else:  # once every reader's flush is durable
+        reply.parts.append(FLUSHED_ALL)
+        conn.hold(reply)
 
 
 def cmd_flush_expired(conn: MemcacheConnection, args: list[bytes]) -> None:
     name = _name_arg(conn, args)
-    if name is None or not _writable(conn):
+    if name is None:
         return
-    conn.out.append(b"%d\r\n" % conn.server.queues.flush_expired(name))
+    try:
+        count = conn.session.flush_expired(name)
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
+        return
+    conn.out.append(b"%d\r\n" % count)
 
 
 def cmd_flush_all_expired(conn: MemcacheConnection, args: list[bytes]) -> None:
-    if _writable(conn):
-        conn.out.append(b"%d\r\n" % conn.server.queues.flush_all_expired())
+    try:
+        count = conn.session.flush_all_expired()
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
+        return
+    conn.out.append(b"%d\r\n" % count)
 
 
 def cmd_confirm(conn: MemcacheConnection, args: list[bytes]) -> None:
@@ -582,17 +306,16 @@ def cmd_confirm(conn: MemcacheConnection, args: list[bytes]) -> None:
     if not raw.isdigit():
         conn.out.append(client_error("bad count"))
         return
-    count = int(raw)
-    reader = conn.server.queues.reader(name, create=False)
-    reads = conn.open_reads.get(reader) if reader is not None else None
-    if not reads:
+    try:
+        reply = conn.session.confirm(name, int(raw))
+    except NoOpenRead:
         conn.out.append(ERROR)
         return
-    confirmed = [reads.popleft() for _ in range(min(count, len(reads)))]
-    if not reads:
-        del conn.open_reads[reader]  # type: ignore[index]
-    reply = confirm_reads(conn, reader, confirmed)  # type: ignore[arg-type]
-    (reply.parts if reply is not None else conn.out).append(END)
+    if reply is None:
+        conn.out.append(END)
+    else:
+        reply.parts.append(END)
+        conn.hold(reply)
 
 
 def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
@@ -600,68 +323,24 @@ def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
     name = _name_arg(conn, args)
     if name is None:
         return
-    server = conn.server
     try:
         seconds = float(args[2]) if len(args) > 2 else 0.0
-        limit = int(args[3]) if len(args) > 3 else server.config.max_open_reads
+        limit = int(args[3]) if len(args) > 3 else conn.session.max_open_reads()
         if not seconds >= 0 or limit < 0:  # "not >=" also refuses NaN
             raise ValueError
     except ValueError:
         conn.out.append(client_error("bad monitor arguments"))
         return
-    refusal = read_refusal(server)
-    if refusal is not None:
-        conn.out.append(refusal)
+    f = Fetch()
+    f.name = name
+    f.key = args[1]
+    f.open = True
+    try:
+        conn.session.monitor(f, seconds, limit)
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
         return
-    reader = server.queues.reader(name, create=True)
-    assert reader is not None
-    if conn.eof:
-        seconds = 0.0  # half-closed: take what is there, wait for nothing
     conn.flush_out()
-    task = server.loop.create_task(_monitor(conn, reader, args[1], seconds, limit))
-    conn.waiting = task
-    task.add_done_callback(lambda t: _monitor_done(conn, t))
-
-
-async def _monitor(
-    conn: MemcacheConnection, reader: Reader, key: bytes, seconds: float, limit: int
-) -> None:
-    loop = conn.server.loop
-    deadline = loop.time() + seconds
-    sent = 0
-    while sent < limit and not conn.closing:
-        now = int(time.time() * 1000)
-        item = reader.take(now)
-        if item is None:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            fut = reader.wait(loop, remaining)
-            try:
-                item = await fut
-            except asyncio.CancelledError:
-                if fut.done() and not fut.cancelled() and fut.result() is not None:
-                    reader.return_items([fut.result()])
-                raise
-            if item is None:
-                break
-            if conn.closing:
-                reader.return_items([item])
-                break
-        conn.stats.get_hits += 1
-        deliver(conn, reader, key, item, True, False, VALUE_END)  # each item is a get reply
-        conn.flush_out()
-        sent += 1
-    conn.out.append(END)
-
-
-def _monitor_done(conn: MemcacheConnection, task: asyncio.Task) -> None:
-    if conn.waiting is task:
-        conn.waiting = None
-    conn.last_active = time.monotonic()  # idle from the reply on, not from the request
-    if not task.cancelled() and task.exception() is not None:
-        log.error("monitor_failed", error=str(task.exception()))
-    conn.resume()
 
 
 # --- server commands ----------------------------------------------------------------------
@@ -706,12 +385,12 @@ def cmd_version(conn: MemcacheConnection, args: list[bytes]) -> None:
 
 
 def cmd_shutdown(conn: MemcacheConnection, args: list[bytes]) -> None:
-    conn.close_after_reply()
+    conn.close()  # this connection's replies go out first, like any other's at the stop
     conn.server.request_shutdown("shutdown command")
 
 
 def cmd_quit(conn: MemcacheConnection, args: list[bytes]) -> None:
-    conn.close_after_reply()
+    conn.close()
 
 
 def cmd_status(conn: MemcacheConnection, args: list[bytes]) -> None:
@@ -830,4 +509,4 @@ COMMANDS: dict[bytes, Command] = {
 #: Any word not in the table.
 UNKNOWN = Command(b"", cmd_unknown, waits_for_sets=False)
 
-__all__ = ["COMMANDS", "UNKNOWN", "GetOptions", "deliver", "parse_get", "queue_name"]
+__all__ = ["COMMANDS", "UNKNOWN", "parse_get", "queue_name"]

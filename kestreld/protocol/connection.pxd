@@ -5,30 +5,29 @@
 cimport cython
 
 from kestreld.protocol.framing cimport Command, Framing, Sink
+from kestreld.session.fetch cimport Fetch
+from kestreld.session.reply cimport PendingReply
+from kestreld.session.session cimport Session
 
 
 cdef class Connection(Sink):
     cdef public object server
     cdef public object stats
+    cdef public Session session
     cdef public object transport
     cdef public object peer
     cdef public Framing framing
     cdef public list out
     cdef public Py_ssize_t out_size
-    cdef public Py_ssize_t pending_batches
-    cdef public list unacked
+    cdef public Py_ssize_t pending
     cdef public bint held
-    cdef public object waiting
     cdef public bint closing
+    cdef public bint closed
     cdef public bint eof
-    cdef public bint stopping
     cdef public bint write_paused
     cdef public bint read_paused
     cdef public double last_active
-    cdef public dict open_reads
     cdef public object put_target
-    cdef public object waiting_reply
-    cdef public object confirm_ticket
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1
@@ -38,11 +37,19 @@ cdef class Connection(Sink):
 
     @cython.locals(framing=Framing, ready=bytes)
     cpdef data_received(self, bytes data)
-    cpdef bint blocked(self)
+    cpdef bint blocked(self) except -1
     cpdef process(self, bytes data)
     cpdef resume(self)
+    cpdef _continue(self)
 
-    @cython.locals(out=list, ready=list, i=Py_ssize_t, data=bytes)
+    cpdef expect_put(self, str name, object expire, bint noreply)
+    cpdef tuple take_put(self)
+    cpdef hold(self, PendingReply reply)
+    @cython.locals(reply=PendingReply, behind=PendingReply, parts=list, outcome=int, data=bytes)
+    cpdef answer_fetch(self, Fetch f, bint single)
+    cpdef replies_ready(self, object ticket=*)
+
+    @cython.locals(out=list, ready=list, i=Py_ssize_t, data=bytes, part=object, first=object, reply=PendingReply)
     cpdef flush_out(self)
-    cpdef watch_batch(self, object batch)
-    cpdef close_after_reply(self)
+    cpdef close(self)
+    cpdef _drain(self)

@@ -1,45 +1,60 @@
-"""One client connection: flow control and reply ordering.
+"""One memcache client connection: framing in, replies out in request order, flow control.
 
 Bytes go to the :class:`~kestreld.protocol.framing.Framing`, which hands each
-complete request back here; the command table
-(:mod:`kestreld.protocol.commands`) runs it and appends its reply to ``out``.
-Replies are written once per batch of requests.  A ``set`` is acknowledged
-only when its journal batch is written (or fsynced, with ``sync_journal = 0``):
-its reply waits in ``out`` as the pending batch and later replies queue behind
-it, so replies always come back in request order.  A confirm (``/close``,
-``confirm``, a plain get) is held the same way, as a
-:class:`~kestreld.protocol.confirm_reply.ConfirmReply` on its progress batch.
+complete request back here; the command table (passed in by the server, see
+:mod:`kestreld.protocol.commands`) runs it against this connection's
+:class:`~kestreld.session.session.Session` and appends its reply to ``out``.
+Replies are written once per batch of requests.  A reply the journal must
+have first (``STORED``, a confirm's) is a
+:class:`~kestreld.session.reply.PendingReply` in ``out``: later replies queue
+behind it, so replies always come back in request order.
 
-Parsing stops (the rest of the input stays buffered) while:
+No request is judged (the rest of the input stays buffered) while:
 
-- a request waits (a get with ``/t=``, ``monitor``): ``waiting``;
+- the session waits (a get with ``/t=``, ``monitor``): later requests run, in
+  order, after its reply;
 - a request must see this connection's sets that are not acknowledged yet
   (a get after a set gets the item): ``held``;
-- the client does not read its replies (``pause_writing``): ``write_paused``;
-- the connection is closing: ``closing``.
+- the client does not read its replies: the transport's buffer is full
+  (``write_paused``) or more than :data:`OUTPUT_HOLD_LIMIT` bytes of replies
+  are promised but not written yet (a client that pipelines plain gets and
+  reads nothing stops being served);
+- the connection is closing.
 
-Reading from the socket pauses when too much input piles up meanwhile, so
-nothing is buffered without bound.
+Reading from the socket pauses when too much input piles up meanwhile.
+
+**Closing is one path** (:meth:`Connection.close`): ``quit``, ``shutdown``, a
+fatal line, the idle timeout and a graceful stop all stop taking requests,
+end a wait in progress (it is answered), send every reply already promised,
+in order, and only then close; the session then gives its open reads back.
+A close the client causes (reset, end of input) goes straight to
+:meth:`Session.close <kestreld.session.session.Session.close>` in
+``connection_lost``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-# The module, not its names: compiled, commands cimports this module's Connection, so
-# whichever of the two loads first finds the other only partly initialised.
-from kestreld.protocol import commands
-from kestreld.protocol.confirm_reply import ConfirmReply
-from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, Command, Framing, Sink
-from kestreld.protocol.replies import BAD_DATA_CHUNK, STORED, server_error
+from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, STOP, Command, Framing, Sink
+from kestreld.protocol.replies import (
+    BAD_DATA_CHUNK,
+    CRLF,
+    END,
+    ERROR,
+    STORED,
+    VALUE_END,
+    server_error,
+)
+from kestreld.session.fetch import BUSY, ITEM, MISS, REFUSED, Fetch
+from kestreld.session.reply import PUT, PendingReply
+from kestreld.session.session import Session
 
 if TYPE_CHECKING:
-    from kestreld.queues.reader import OpenRead, Reader
     from kestreld.state import ServerState
 
 log = structlog.get_logger("kestreld.protocol")
@@ -48,6 +63,8 @@ log = structlog.get_logger("kestreld.protocol")
 INPUT_PAUSE_LIMIT = 1024 * 1024
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
 OUTPUT_FLUSH_SIZE = 256 * 1024
+#: Reply bytes promised but not written (held behind the journal) before requests pause.
+OUTPUT_HOLD_LIMIT = 1024 * 1024
 
 INTERNAL_ERROR = server_error("internal error")
 
@@ -63,53 +80,43 @@ class Connection(Sink):
     __slots__ = (
         "server",
         "stats",
+        "session",
         "transport",
         "peer",
         "framing",
         "out",
         "out_size",
-        "pending_batches",
-        "unacked",
+        "pending",
         "held",
-        "waiting",
         "closing",
+        "closed",
         "eof",
-        "stopping",
         "write_paused",
         "read_paused",
         "last_active",
-        "open_reads",
         "put_target",
-        "waiting_reply",
-        "confirm_ticket",
     )
 
-    def __init__(self, server: ServerState) -> None:
+    def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
         self.server = server
         self.stats = server.stats
+        self.session = Session(server, self)
         self.transport: asyncio.Transport | None = None
         self.peer = None
-        self.framing = Framing(commands.COMMANDS, commands.UNKNOWN, server.config.max_line_length)
-        #: Replies in request order: bytes, a set's pending journal batch, or a ConfirmReply.
+        self.framing = Framing(table, unknown, server.config.max_line_length)
+        #: Replies in request order: bytes, or a PendingReply held until the journal has it.
         self.out: list[Any] = []
-        self.out_size = 0  # large reply bytes in self.out
-        self.pending_batches = 0
-        self.unacked: list[Any] = []  # batches holding this connection's sets, not yet resolved
-        self.held = False  # a request waits for those sets
-        self.waiting: asyncio.Future | None = None
-        self.closing = False
+        self.out_size = 0  # item bytes in self.out (pending replies' parts included)
+        self.pending = 0  # PendingReplies in self.out
+        self.held = False  # a request waits for this connection's sets to be acknowledged
+        self.closing = False  # no request is taken any more; close once replies are sent
+        self.closed = False  # the transport is closed (or was never kept)
         self.eof = False  # the client half-closed: finish what it sent, then close
-        self.stopping = False  # the server is shutting down (closing_soon)
         self.write_paused = False
         self.read_paused = False
         self.last_active = time.monotonic()
-        #: Reads opened by this connection (``get q/open``), oldest first per reader.
-        self.open_reads: dict[Reader, deque[OpenRead]] = {}
         #: (queue, expiry ms, noreply) of a set whose data block is being read.
         self.put_target: tuple[str, int, bool] | None = None
-        #: The held reply of a ``/close`` whose get now waits for an item (it goes out with it).
-        self.waiting_reply: ConfirmReply | None = None
-        self.confirm_ticket: Any = None  # the last confirm batch this connection listens to
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
@@ -120,34 +127,19 @@ class Connection(Sink):
         if len(server.connections) >= server.config.max_connections:
             log.warning("connection_refused", peer=self.peer, reason="too many connections")
             transport.write(server_error("too many connections"))  # type: ignore[attr-defined]
-            self.closing = True
+            self.closing = self.closed = True
             transport.close()
             return
-        server.connections.add(self)
+        server.connection_opened(self)
         self.stats.total_connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.server.connections.discard(self)
+        client_caused = not self.closing
+        self.closing = self.closed = True
+        self.server.connection_closed(self)
         if exc is not None:
             log.info("connection_error", peer=self.peer, error=str(exc))
-        if self.waiting is not None and not self.waiting.done():
-            self.waiting.cancel()
-        self.release_open_reads()
-
-    def closing_soon(self) -> None:
-        """The server is stopping: take no new request, but still send pending replies."""
-        self.stopping = True
-        self.waiting = self.waiting or self.server.loop.create_future()
-        if self.transport is not None and not self.read_paused:
-            self.read_paused = True
-            self.transport.pause_reading()
-
-    def release_open_reads(self) -> None:
-        """Every open read goes back to the head of its queue, in original order."""
-        reads, self.open_reads = self.open_reads, {}
-        for reader, queue in reads.items():
-            reader.abort(list(queue))
+        self.session.close(client_caused)
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -155,10 +147,11 @@ class Connection(Sink):
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        self.resume()
+        self.last_active = time.monotonic()
+        self._continue()
 
     def _pause_reading(self) -> None:
-        if not self.read_paused and self.transport is not None and not self.closing:
+        if not self.read_paused and self.transport is not None and not self.closed:
             self.read_paused = True
             self.transport.pause_reading()
 
@@ -166,14 +159,14 @@ class Connection(Sink):
         self.stats.bytes_read += len(data)
         self.last_active = time.monotonic()
         framing = self.framing
-        if framing.buf or framing.skip or framing.chunks is not None:
+        if framing.holds_input():
             ready = framing.receive(data)
             if ready is None:
                 return
         else:
             ready = data  # the usual case: whole requests in one packet, nothing held
-        if self.waiting is not None or self.held or self.write_paused or self.closing:
-            framing.buf = ready
+        if self.blocked():
+            framing.keep(ready)
             if len(ready) > INPUT_PAUSE_LIMIT:
                 self._pause_reading()
             return
@@ -189,25 +182,28 @@ class Connection(Sink):
         and later gets do not wait.
         """
         self.eof = True
-        if self.stopping:
-            return True  # the shutdown sends what is pending and closes
-        waiting = self.waiting
-        if waiting is not None and not waiting.done():
-            waiting.cancel()  # its callback replies END (or ends the monitor) and resumes
-        else:
-            self._finish_if_eof()
-        return True  # keep the transport open for the replies; _finish_if_eof closes it
+        if not self.closing:
+            self.session.stop_waiting()  # a wait ends (answered END), then requests go on
+            if self.session.waiting is None:
+                self._finish_if_eof()
+        return True  # keep the transport open for the replies; close() closes it
 
     # --- the gate ---------------------------------------------------------------------------
 
     def blocked(self) -> bool:
-        """No request may run now: one waits, sets are unacknowledged, output is paused, closing."""
-        return self.waiting is not None or self.held or self.write_paused or self.closing
+        """No request may be judged now (see the module docstring)."""
+        return (
+            self.session.waiting is not None
+            or self.held
+            or self.write_paused
+            or self.closing
+            or self.out_size > OUTPUT_HOLD_LIMIT
+        )
 
     def _finish_if_eof(self) -> None:
-        """After a half-close (callers check ``eof``): close once every request has its reply."""
-        if not self.blocked() and not self.pending_batches:
-            self.close_after_reply()  # an incomplete request left in the framing is dropped
+        """After a half-close (callers check ``eof``): close once every request is judged."""
+        if not self.blocked():
+            self.close()  # an incomplete request left in the framing is dropped
 
     def process(self, data: bytes) -> None:
         """Run every complete request in ``data``; the framing keeps the rest."""
@@ -217,28 +213,44 @@ class Connection(Sink):
             self._finish_if_eof()
 
     def resume(self) -> None:
-        """Continue with buffered input after a wait or a write pause ended."""
+        """Continue with buffered input after a wait, a hold or a write pause ended."""
+        if self.held and not self.session.puts_pending():
+            self.held = False
         if self.blocked():
             return
         if self.read_paused and self.transport is not None:
             self.read_paused = False
             self.transport.resume_reading()
-        framing = self.framing
-        data, framing.buf = framing.buf, b""
+        data = self.framing.take_input()
         if data:
+            self.last_active = time.monotonic()
             self.process(data)
         else:
             self.flush_out()
             if self.eof:
                 self._finish_if_eof()
 
+    def _continue(self) -> None:
+        """Something this connection waited for happened: go on, or finish closing."""
+        if self.closing:
+            self._drain()
+        else:
+            self.resume()
+
     # --- the framing's sink -----------------------------------------------------------------
 
     def request(self, command: Command, args: list[bytes], quiet: bool) -> int:
         """Run one request line; ``quiet`` (noreply) drops its reply, errors included."""
-        if self.waiting is not None or self.held or self.write_paused or self.closing:
+        session = self.session
+        if (
+            session.waiting is not None
+            or self.held
+            or self.write_paused
+            or self.closing
+            or self.out_size > OUTPUT_HOLD_LIMIT
+        ):
             return LATER  # the gate, inline: this runs once per request
-        if self.unacked and command.waits_for_sets and self._unacked_pending():
+        if command.waits_for_sets and session.unacked and session.puts_pending():
             # This connection's sets are not acknowledged yet: what follows
             # must see them (a get after a set gets the item), so wait.
             self.held = True
@@ -250,14 +262,22 @@ class Connection(Sink):
         except Exception:  # a bug must cost one request, not the connection
             self._failed(args)
         if quiet:
-            del out[mark:]
+            del out[mark:]  # no quiet command holds a PendingReply
         if self.out_size > OUTPUT_FLUSH_SIZE:
             self.flush_out()  # may pause us (pause_writing) before the next request
+        if session.waiting is not None or self.closing or self.write_paused:
+            return STOP  # nothing after it is looked at now (not even a line too long)
         return GO
 
     def block_header(self, command: Command, args: list[bytes], size: int, quiet: bool) -> int:
         """The line of a request with a data block: read the block (KEEP) or skip it."""
-        if self.waiting is not None or self.held or self.write_paused or self.closing:
+        if (
+            self.session.waiting is not None
+            or self.held
+            or self.write_paused
+            or self.closing
+            or self.out_size > OUTPUT_HOLD_LIMIT
+        ):
             return LATER
         out = self.out
         mark = len(out) if quiet else 0
@@ -276,6 +296,8 @@ class Connection(Sink):
             command.run(self, args, data)
         except Exception:
             self._failed(args)
+        if self.closing:
+            return STOP
         return GO
 
     def bad_block(self, quiet: bool) -> None:
@@ -285,7 +307,7 @@ class Connection(Sink):
     def fatal(self, reply: bytes) -> None:
         """The stream cannot be followed any more (a line too long, an impossible length)."""
         self.out.append(reply)
-        self.close_after_reply()
+        self.close()
 
     def _failed(self, args: list[bytes]) -> None:
         log.exception(
@@ -293,91 +315,197 @@ class Connection(Sink):
         )
         self.out.append(INTERNAL_ERROR)
 
+    # --- what the command table calls -------------------------------------------------------
+
+    def expect_put(self, name: str, expire: int, noreply: bool) -> None:
+        """A ``set`` was accepted: its data block, read next, goes to ``name``."""
+        self.put_target = (name, expire, noreply)
+
+    def take_put(self) -> tuple[str, int, bool]:
+        """The target of the ``set`` whose data block has arrived (see :meth:`expect_put`)."""
+        target = self.put_target
+        self.put_target = None
+        return target  # type: ignore[return-value]
+
+    def hold(self, reply: PendingReply) -> None:
+        """Place a promised reply in the output: what follows waits until it is sent."""
+        self.out.append(reply)
+        self.pending += 1
+
+    def answer_fetch(self, f: Fetch, single: bool) -> None:
+        """Render what came of a fetch (:meth:`Session.fetch`, or a wait that ended).
+
+        ``single``: the only key of its get, so this completes the reply (an item
+        with its END, END, ERROR or an error line); a key of a multi-key get adds
+        only its item.  The bytes go inside the fetch's held reply when it has
+        one (a /close's or a plain get's confirm), so a failed confirm replaces
+        all of them.
+        """
+        reply = f.reply
+        if reply is not None:
+            self.hold(reply)
+            parts = reply.parts
+        else:
+            behind = f.behind
+            if behind is not None and not behind.rendered:
+                parts = behind.parts  # still behind its /close: goes out with it
+            else:
+                parts = self.out
+        outcome = f.outcome
+        if outcome == ITEM:
+            item = f.item
+            data = item.data
+            if f.with_id:
+                header = b"VALUE %s 0 %d %d\r\n" % (f.key, len(data), item.id)
+            else:
+                header = b"VALUE %s 0 %d\r\n" % (f.key, len(data))
+            parts.extend((header, data, VALUE_END if single else CRLF))
+            self.out_size += len(data)
+        elif not single:
+            return
+        elif outcome == MISS:
+            parts.append(END)
+        elif outcome == BUSY:
+            parts.append(ERROR)
+        elif outcome == REFUSED:  # the status or the connection count: the session says which
+            parts.append(server_error(self.session.read_refusal() or "reads refused"))
+        # WAIT: the reply follows in wait_ended; GONE: its failed /close is the reply.
+
+    # --- what the session calls (its listener) ----------------------------------------------
+
+    def replies_ready(self, ticket: Any = None) -> None:
+        """A ticket of the session resolved (a put's, a confirm's): send what is ready."""
+        if self.closed:
+            return
+        self.flush_out()
+        if self.closing:
+            self._drain()
+        elif self.held or self.eof or self.read_paused or self.framing.holds_input():
+            self.resume()  # requests waited for it (or for output room)
+
+    def wait_ended(self, f: Fetch) -> None:
+        """The session's wait ended: its reply, then the requests buffered behind it."""
+        self.last_active = time.monotonic()  # idle from the reply on, not from the request
+        self.answer_fetch(f, True)
+        self.flush_out()
+        self._continue()
+
+    def monitor_item(self, f: Fetch) -> None:
+        """One item of a ``monitor``, opened for this client: sent as a get reply at once."""
+        self.answer_fetch(f, True)
+        self.flush_out()
+
     # --- output -------------------------------------------------------------------------
 
     def flush_out(self) -> None:
-        """Write every reply that is ready, in order; a pending set's reply holds the rest."""
+        """Write every reply that is ready, in order; a pending reply holds the rest."""
         out = self.out
-        if not out or self.transport is None:
+        if not out or self.closed:
             return
-        self.out_size = 0
-        if not self.pending_batches:
+        if not self.pending:
             data = b"".join(out)
             out.clear()
-        elif out[0].__class__ is not bytes and not out[0].done:
-            return  # the first reply waits for its batch: nothing can go yet
+            self.out_size = 0
         else:
+            first = out[0]
+            if first.__class__ is not bytes:
+                reply = first
+                if not reply.done():
+                    return  # the first reply waits for its ticket: nothing can go yet
             ready: list[bytes] = []
             i = 0
             for i, part in enumerate(out):  # noqa: B007
                 if part.__class__ is bytes:
                     ready.append(part)
-                elif part.done:
-                    self.pending_batches -= 1
-                    if part.__class__ is ConfirmReply:
-                        ready.append(part.render())
-                        if part.failed:
-                            commands.undo_confirm(self, part)
-                        continue
+                    continue
+                reply = part
+                if not reply.done():
+                    break
+                self.pending -= 1
+                error = reply.settle()
+                if error is not None:
+                    ready.append(server_error(error))
+                    self.session.reply_failed(reply)
+                elif reply.kind == PUT:
                     observe = self.server.latency_observer
                     if observe is not None:
-                        observe("set", time.perf_counter() - part.started)
-                    ready.append(STORED if part.error is None else server_error(part.error))
+                        observe("set", time.perf_counter() - reply.started())
+                    ready.append(STORED)
                 else:
-                    break
+                    ready.extend(reply.parts)
             else:
                 i = len(out)
             del out[:i]
+            self.out_size = self._held_size() if out else 0
             data = b"".join(ready)
-        if data and not self.closing:
+        if data:
             self.stats.bytes_written += len(data)
-            self.transport.write(data)
+            self.transport.write(data)  # type: ignore[union-attr]
 
-    def hold_reply(self, ticket: Any, reader: Reader) -> ConfirmReply:
-        """A reply that goes out once ``ticket`` (a confirm's progress batch) resolves."""
-        reply = ConfirmReply(ticket, reader)
-        self.out.append(reply)
-        self.pending_batches += 1
-        if not ticket.done and self.confirm_ticket is not ticket:
-            self.confirm_ticket = ticket  # one callback per batch, however many replies
-            ticket.add_done_callback(self._on_confirmed)
-        return reply
+    def _held_size(self) -> int:
+        size = 0
+        for part in self.out:
+            size += len(part) if part.__class__ is bytes else part.size()
+        return size
 
-    def _on_confirmed(self, batch: Any) -> None:
-        self.flush_out()
-        if self.eof:
-            self._finish_if_eof()
+    # --- closing: one path ----------------------------------------------------------------
 
-    def watch_batch(self, batch: Any) -> None:
-        """A set of this connection waits for ``batch``: later requests wait with it."""
-        unacked = self.unacked
-        if not unacked or unacked[-1] is not batch:
-            unacked.append(batch)
-            batch.add_done_callback(self._on_batch)
-
-    def _unacked_pending(self) -> bool:
-        """Prune acknowledged batches; True while one of this connection's sets is pending."""
-        self.unacked = [b for b in self.unacked if not b.done]
-        return bool(self.unacked)
-
-    def _on_batch(self, batch: Any) -> None:
-        unacked = self.unacked
-        if len(unacked) == 1 and unacked[0] is batch:
-            unacked.clear()  # the usual case: this connection's only pending batch
-        else:
-            self._unacked_pending()  # batches of several queues resolve in any order
-        self.flush_out()
-        if self.held and not self.unacked:
-            self.held = False
-            self.resume()
-        elif self.eof:
-            self._finish_if_eof()
-
-    def close_after_reply(self) -> None:
-        self.flush_out()
+    def close(self) -> None:
+        """Close as the server decides to: take no more requests, answer a wait in
+        progress, send every reply already promised, in order, then close."""
+        if self.closing:
+            return
         self.closing = True
+        if self.read_paused is False and self.transport is not None and not self.closed:
+            self.read_paused = True
+            self.transport.pause_reading()  # nothing more is read: nothing more is judged
+        self.session.stop_waiting()  # answered END in wait_ended, which drains
+        self._drain()
+
+    def _drain(self) -> None:
+        """Send what is ready; once nothing is promised any more, close."""
+        self.flush_out()
+        if self.closed or self.out or self.session.waiting is not None:
+            return
+        self.closed = True
+        self.session.close(False)  # every promised reply is written: open reads go back
         if self.transport is not None:
             self.transport.close()
+
+    def finished(self) -> bool:
+        """True once closed with every written byte handed to the socket."""
+        transport = self.transport
+        return self.closed and (transport is None or not transport.get_write_buffer_size())
+
+    def close_now(self) -> None:
+        """The last step of a server stop: close at once, whatever is still pending."""
+        self.closing = True
+        self.flush_out()
+        self.session.close(False)
+        if self.transport is not None and not self.closed:
+            self.transport.abort()
+        self.closed = True
+
+    def idle_for(self, now: float) -> float:
+        """Seconds this connection has been truly idle (0: not idle).
+
+        Idle means nothing buffered either way, nothing being answered and no
+        wait in progress; each processed request and each resumed write counts
+        as activity.
+        """
+        transport = self.transport
+        if (
+            self.closing
+            or transport is None
+            or self.out
+            or self.held
+            or self.write_paused
+            or self.session.waiting is not None
+            or self.framing.mid_request()
+            or transport.get_write_buffer_size()
+        ):
+            return 0.0
+        return now - self.last_active
 
 
 class MemcacheConnection(Connection, asyncio.Protocol):

@@ -38,6 +38,11 @@ cdef class Framing:
     cdef public bint expect_end
     cdef public bint drop_line
 
+    cpdef bint holds_input(self) except -1
+    cpdef bint mid_request(self) except -1
+    cpdef keep(self, bytes data)
+    cpdef bytes take_input(self)
+
     @cython.locals(n=Py_ssize_t)
     cpdef object receive(self, bytes data)
 

@@ -141,6 +141,30 @@ class Framing:
         self.expect_end = False  # a skipped block ended: its terminator comes next
         self.drop_line = False  # after a bad terminator: drop up to the next newline
 
+    def holds_input(self) -> bool:
+        """True when input arrived that is not parsed yet (or a skip is under way):
+        new input must go through :meth:`receive`."""
+        return bool(self.buf) or self.skip > 0 or self.chunks is not None
+
+    def mid_request(self) -> bool:
+        """True when part of a request has arrived (its line or its data block)."""
+        return (
+            bool(self.buf)
+            or self.skip > 0
+            or self.chunks is not None
+            or (self.block_command is not None)
+        )
+
+    def keep(self, data: bytes) -> None:
+        """Hold ``data`` (from :meth:`receive`) unparsed: the sink cannot take requests now."""
+        self.buf = data
+
+    def take_input(self) -> bytes:
+        """The input held by :meth:`keep` (or left by a stopped parse), to parse now."""
+        data = self.buf
+        self.buf = b""
+        return data
+
     def receive(self, data: bytes) -> bytes | None:
         """Input as it arrives, past any skip: the bytes to parse, or None for none yet."""
         if self.skip:

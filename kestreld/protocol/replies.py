@@ -8,6 +8,7 @@ END = b"END\r\n"
 ERROR = b"ERROR\r\n"
 DELETED = b"DELETED\r\n"
 VALUE_END = b"\r\nEND\r\n"
+CRLF = b"\r\n"
 FLUSHED_ALL = b"Flushed all queues.\r\n"
 RELOADED = b"Reloaded config.\r\n"
 

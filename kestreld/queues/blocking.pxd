@@ -3,8 +3,10 @@
 cdef class BlockingQueue:
     cdef public object items
     cdef public object waiters
+    cdef public long long dead
 
     cpdef bint hand_off(self, object item) except -1
     cpdef put(self, object item)
+    cpdef put_first(self, object item)
     cpdef poll(self)
     cpdef peek(self)

@@ -10,6 +10,7 @@ from concurrent.futures import Executor, Future
 import structlog
 
 from kestreld.config import ServerConfig
+from kestreld.journal.batch import Batch, joined
 from kestreld.journal.files import scan_folder
 from kestreld.journal.retire import retire_segments
 from kestreld.journal.writer import JournalWriteError
@@ -96,7 +97,7 @@ class QueueCollection:
     def _adopt(self, queue: JournaledQueue) -> None:
         self.queues[queue.name] = queue
         for reader in queue.readers.values():
-            reader.on_expired = self._forward_expired
+            reader.forward_expired_to(self._forward_expired)
 
     # --- lookup ---------------------------------------------------------------------------
 
@@ -125,7 +126,7 @@ class QueueCollection:
             return None
         reader = queue.reader(rname, create)
         if reader is not None and reader.on_expired is None:
-            reader.on_expired = self._forward_expired
+            reader.forward_expired_to(self._forward_expired)
         return reader
 
     def readers(self) -> list[Reader]:
@@ -152,14 +153,16 @@ class QueueCollection:
         self.queue_deletes += 1
         log.info("queue_deleted", queue=qname)
 
-    def flush(self, full_name: str) -> None:
+    def flush(self, full_name: str) -> Batch | None:
+        """Drop every waiting item of ``q`` or ``q+r``; the ticket to hold the reply on."""
         reader = self.reader(full_name, create=False)
         if reader is not None:
-            reader.flush()
+            return reader.flush()
+        return None
 
-    def flush_all(self) -> None:
-        for reader in self.readers():
-            reader.flush()
+    def flush_all(self) -> Batch | None:
+        """Flush every reader; one ticket for all their jumps (None: nothing to wait for)."""
+        return joined([reader.flush() for reader in self.readers()])
 
     def flush_expired(self, full_name: str) -> int:
         reader = self.reader(full_name, create=False)
@@ -176,7 +179,7 @@ class QueueCollection:
         if (
             not target
             or split_queue_name(target) is None
-            or target.partition("+")[0] == reader.queue.name
+            or target.partition("+")[0] == reader.queue_name
         ):
             return
         try:
@@ -200,14 +203,14 @@ class QueueCollection:
                 if stale:
                     log.info("open_reads_timed_out", queue=reader.full_name, count=len(stale))
                     reader.abort(stale)
+                    for read in stale:  # each leaves the session that held it
+                        if read.owner is not None:
+                            read.owner.open_read_timed_out(read)
             max_queue_age = queue.config.max_queue_age
             if (
                 max_queue_age
                 and (mono - queue.created_at) * 1000 >= max_queue_age
-                and all(
-                    r.items == 0 and not r.open_reads and not r.memory.live_waiters()
-                    for r in queue.readers.values()
-                )
+                and all(r.idle() for r in queue.readers.values())
             ):
                 del self.queues[queue.name]
                 queue.erase()
@@ -269,7 +272,7 @@ class QueueCollection:
             self._finish_compactions(jobs)
         for queue in self.queues.values():
             for reader in queue.readers.values():
-                reader.memory.wake_all()
+                reader.wake_waiters()
             queue.close()
 
     # --- stats --------------------------------------------------------------------------

@@ -5,7 +5,8 @@
 cimport cython
 
 from kestreld.journal.batch cimport Batch
-from kestreld.journal.writer cimport Segment, WriterJournal
+from kestreld.journal.segment cimport Segment
+from kestreld.journal.writer cimport WriterJournal
 from kestreld.queues.item cimport QueueItem
 from kestreld.queues.reader cimport Reader
 
@@ -22,15 +23,16 @@ cdef class JournaledQueue:
     cdef public long long _next_id
     cdef public Batch _pending_batch
     cdef public list _pending
+    cdef public object _unacked
     cdef public long long pending_items
     cdef public long long pending_bytes
     cdef public bint deleted
 
     @cython.locals(readers=dict, default=Reader, reader=Reader, journal=WriterJournal,
                    batch=Batch, item=QueueItem, pending=list, p_items=cython.longlong,
-                   p_bytes=cython.longlong)
+                   p_bytes=cython.longlong, put=list, size=Py_ssize_t)
     cpdef put(self, object data, object expire_time, object now)
 
-    @cython.locals(nbytes=Py_ssize_t, put=tuple, item=QueueItem, readers=list, reader=Reader,
+    @cython.locals(nbytes=Py_ssize_t, put=list, item=QueueItem, readers=list, reader=Reader,
                    seg=Segment)
     cpdef _acknowledged(self, list puts, Batch batch)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections import deque
 from concurrent.futures import Executor
 
 import structlog
@@ -17,17 +18,18 @@ import structlog
 from kestreld.config import QueueConfig, ServerConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.checkpoint import read_checkpoint
-from kestreld.journal.files import QueueFiles
-from kestreld.journal.writer import JournalWriteError, Segment, WriterJournal
+from kestreld.journal.files import QueueFiles, unlink_quietly
+from kestreld.journal.writer import JournalWriteError, WriterJournal
 from kestreld.queues.item import QueueItem
 from kestreld.queues.reader import Compaction, Reader
 
 log = structlog.get_logger("kestreld.queues")
 
 
-#: A put waiting for its batch: the item, where it is, and the fanout readers
-#: that were full when it was put (they drop it), or None.
-_Put = tuple[QueueItem, Segment, int, "frozenset[Reader] | None"]
+#: A put waiting for its batch: [item, segment, offset, readers that skip it or None].
+#: The readers that skip it were full when it was put, or discarded it later to make
+#: room (discard_old_when_full) while it was still on its way in; they drop it.
+_Put = list
 
 
 class QueueFull(Exception):
@@ -47,6 +49,7 @@ class JournaledQueue:
         "_next_id",
         "_pending_batch",
         "_pending",
+        "_unacked",
         "pending_items",
         "pending_bytes",
         "deleted",
@@ -80,6 +83,7 @@ class JournaledQueue:
         # Puts of the batch not yet acknowledged (see put()).
         self._pending_batch: Batch | None = None
         self._pending: list[_Put] = []
+        self._unacked: deque[_Put] = deque()  # every put not yet acknowledged, oldest first
         self.pending_items = 0
         self.pending_bytes = 0
         self.deleted = False
@@ -90,6 +94,11 @@ class JournaledQueue:
         """Adopt existing files and restore readers; returns warnings about damage."""
         warnings: list[str] = []
         checkpoints = dict(files.checkpoints) if files else {}
+        if self.config.fanout_only and "" in checkpoints:
+            # Switched to fanout_only: the default reader is gone, with its file (or it
+            # would pin every segment for good).
+            unlink_quietly(checkpoints.pop(""))
+            log.info("reader_deleted", queue=self.name, reader="", reason="fanout_only")
         names = set(reader_names) | set(checkpoints)
         if not self.config.fanout_only:
             names.add("")
@@ -113,20 +122,27 @@ class JournaledQueue:
             cp = restored[rname]
             if self.journal is None:
                 continue
+            if cp is None and rname:
+                # A fanout reader never seen before (first named in the config, or
+                # deleted and named again): like `get q+r`, it starts at the tail.
+                reader.restore(self.journal.last_id, set(), rewrite=True)
+                reader.compact_now()  # on disk before any later put is acknowledged
+                continue
+            held: set[int] = set()
             if cp is None:
                 head, done = 0, set()
             else:
-                head, done = cp.head, cp.done
+                head, done, held = cp.head, cp.done, cp.held
                 if cp.problem and cp.head == 0 and oldest:
                     head = oldest - 1
-            reader.restore(head, done, rewrite=cp is None or cp.problem is not None)
+            reader.restore(head, done, rewrite=cp is None or cp.problem is not None, held=held)
             if cp is not None and cp.problem:
                 reader.compact_now()  # cut the damaged tail before anything is appended
         return warnings
 
     def _new_reader(self, rname: str) -> Reader:
         cfg = self.server_config.queue(self.name if not rname else f"{self.name}+{rname}")
-        reader = Reader(self, rname, cfg)
+        reader = Reader(self.name, rname, cfg, self.folder, self.journal)
         self.readers[rname] = reader
         return reader
 
@@ -136,8 +152,9 @@ class JournaledQueue:
         reader = self.readers.get(rname)
         if reader is None and create and (rname or not self.config.fanout_only):
             reader = self._new_reader(rname)
-            reader.start_at_tail()
-            self.compact_soon(reader)  # its file must exist before a crash can forget it
+            # Its file is written with the next group commit, before any later put
+            # of this queue is acknowledged (a crash cannot forget it meanwhile).
+            reader.start_at_tail(self.last_id)
             log.info("reader_created", queue=self.name, reader=rname)
         return reader
 
@@ -181,23 +198,35 @@ class JournaledQueue:
             and default.is_full(p_items, p_bytes)
         ):
             raise QueueFull(default.full_name)
-        skipping: frozenset[Reader] | None = None
+        skipping: set[Reader] | None = None
+        size = len(data)
         for reader in readers.values():
             if reader.cfg_discard_old:
                 reader.make_room(now, p_items, p_bytes)
+                if p_items and reader.is_full(p_items, p_bytes):
+                    self._discard_unacked(reader, p_items, p_bytes)
             elif reader.name and reader.is_full(p_items, p_bytes):
-                skipping = (skipping or frozenset()) | {reader}
+                if skipping is None:
+                    skipping = set()
+                skipping.add(reader)
+                reader.skip(size)
         journal = self.journal
         if journal is None:
             item = QueueItem(self._next_id, now, expire_time, 0, data)
             self._next_id += 1
             for reader in readers.values():
                 if skipping is not None and reader in skipping:
-                    reader.drop(item.id)
+                    reader.drop(item.id, size)
                 else:
                     reader.offer(item, None, 0, now)
             return None
-        id_, seg, offset, batch = journal.put(now, data, expire_time)
+        try:
+            id_, seg, offset, batch = journal.put(now, data, expire_time)
+        except BaseException:
+            if skipping is not None:
+                for reader in skipping:
+                    reader.unskip(size)
+            raise
         # Readers get the item once its batch is acknowledged (written, or fsynced
         # with sync_journal = 0): no consumer ever sees an item that was refused.
         pending = self._pending
@@ -205,17 +234,53 @@ class JournaledQueue:
             self._pending_batch = batch
             self._pending = pending = []
             batch.add_done_callback(functools.partial(self._acknowledged, pending))
-        pending.append((QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping))
+        put = [QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping]
+        if expire_time and expire_time <= now:
+            # Expired on arrival: every reader expires it once acknowledged, and that
+            # is journaled now, with the put (a kill -9 after STORED must not revive it).
+            for reader in readers.values():
+                reader.journal_drop(id_)
+        elif skipping is not None:
+            for reader in skipping:
+                reader.journal_drop(id_)  # written with the put, before it is acknowledged
+        pending.append(put)
+        self._unacked.append(put)
         # Not p_items + 1: a failed write inside journal.put() may have resolved a batch.
         self.pending_items += 1
-        self.pending_bytes += len(data)
+        self.pending_bytes += size
         return batch
+
+    def _forget_unacked(self, puts: list[_Put]) -> None:
+        """Batches resolved out of order (rare): take these puts out of the line."""
+        gone = {id(put) for put in puts}
+        self._unacked = deque([put for put in self._unacked if id(put) not in gone])
+
+    def _discard_unacked(self, reader: Reader, p_items: int, p_bytes: int) -> None:
+        """Still full after discarding what it holds: the reader discards the oldest puts
+        on their way in (pipelined sets of one unwritten batch), as if already stored."""
+        for put in self._unacked:
+            skipping = put[3]
+            if skipping is not None and reader in skipping:
+                continue
+            if skipping is None:
+                skipping = put[3] = set()
+            skipping.add(reader)
+            reader.skip(len(put[0].data))
+            reader.journal_drop(put[0].id)
+            if not reader.is_full(p_items, p_bytes):
+                return
 
     def _acknowledged(self, puts: list[_Put], batch: Batch) -> None:
         """A batch resolved: offer its items to the readers, or drop them if it failed."""
         if self._pending is puts:
             self._pending_batch = None
             self._pending = []
+        unacked = self._unacked
+        if puts and unacked and unacked[0] is puts[0]:
+            for _ in range(len(puts)):
+                unacked.popleft()
+        elif puts:
+            self._forget_unacked(puts)
         nbytes = 0
         for put in puts:
             item = put[0]
@@ -227,9 +292,12 @@ class JournaledQueue:
         readers = list(self.readers.values())
         if batch.error is not None:
             # Refused with SERVER_ERROR: never delivered; the ids are spent.
-            for reader in readers:
-                for put in puts:
-                    item = put[0]
+            for put in puts:
+                item = put[0]
+                skipping = put[3]
+                for reader in readers:
+                    if skipping is not None and reader in skipping:
+                        reader.unskip(len(item.data))
                     reader.commit(item.id)
             return
         now = int(time.time() * 1000)
@@ -240,7 +308,7 @@ class JournaledQueue:
             skipping = put[3]
             for reader in readers:
                 if skipping is not None and reader in skipping:
-                    reader.drop(item.id)  # this fanout reader was full
+                    reader.drop(item.id, len(item.data))  # full, or discarded on the way in
                 else:
                     reader.offer(item, seg, offset, now)
 
@@ -271,9 +339,9 @@ class JournaledQueue:
         """Delete (or archive) segments every reader has durably consumed."""
         if self.journal is None:
             return []
-        heads = [r.saved_head for r in self.readers.values()]
+        heads = [r.floor() for r in self.readers.values()]
         min_head = min(heads) if heads else self.journal.last_id
-        reading = [r.rb.segment.stamp for r in self.readers.values() if r.rb is not None]
+        reading = [s for s in (r.reading_from() for r in self.readers.values()) if s is not None]
         return self.journal.remove_dead(min_head, min(reading) if reading else None)
 
     def close(self) -> None:
@@ -297,9 +365,12 @@ class JournaledQueue:
         self.server_config = server_config
         self.config = server_config.queue(self.name)
         if self.journal is not None:
-            self.journal.max_journal_size = self.config.max_journal_size
-            self.journal.sync_journal = self.config.sync_journal
-            self.journal.archive_path = server_config.archive_path
+            self.journal.reconfigure(
+                self.config.max_journal_size, self.config.sync_journal, server_config.archive_path
+            )
+        if self.config.fanout_only and "" in self.readers:
+            self.remove_reader("")  # switched to fanout_only: the default reader is gone
+            log.info("reader_deleted", queue=self.name, reader="", reason="fanout_only")
         for rname, reader in self.readers.items():
             reader.config = server_config.queue(self.name if not rname else f"{self.name}+{rname}")
 

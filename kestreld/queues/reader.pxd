@@ -1,14 +1,15 @@
 # Cython declarations for reader.py (compiled when a compiler is present; see kestreld/compiled.py).
 # Every put is offered to the readers and every get takes from one: counters are C fields,
 # the memory queue, the journal and the items are typed, the hot methods are cpdef.
-# The queue stays an object (journaled_queue.pxd cimports this file).  items, bytes and age
+# A reader knows its queue's name, folder and journal, not the queue.  items, bytes and age
 # stay Python ints: a damaged checkpoint can make them exceed 64 bits (as in pure Python).
 
 cimport cython
 
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.progress cimport ProgressLog
-from kestreld.journal.writer cimport Segment, WriterJournal
+from kestreld.journal.segment cimport Segment
+from kestreld.journal.writer cimport WriterJournal
 from kestreld.queues.blocking cimport BlockingQueue
 from kestreld.queues.item cimport QueueItem
 
@@ -18,10 +19,11 @@ cdef class OpenRead:
     cdef public object reader
     cdef public double opened_at
     cdef public bint finished
+    cdef public object owner
 
 
 cdef class Reader:
-    cdef public object queue
+    cdef public object queue_name
     cdef public object name
     cdef public object full_name
     cdef public object _config
@@ -38,6 +40,10 @@ cdef class Reader:
     cdef public dict open_reads
     cdef public long long head
     cdef public set done
+    cdef public set held
+    cdef public long long tail
+    cdef public long long skipped_items
+    cdef public long long skipped_bytes
     cdef public bint dirty
     cdef public long long saved_head
     cdef public bint deleted
@@ -54,30 +60,38 @@ cdef class Reader:
 
     cpdef _configure(self, object config)
 
-    @cython.locals(size=Py_ssize_t, memory=BlockingQueue)
+    @cython.locals(size=Py_ssize_t, memory=BlockingQueue, id_=cython.longlong)
     cpdef offer(self, QueueItem item, Segment seg, long long offset, object now)
-    cpdef drop(self, long long id_)
+    cpdef skip(self, long long size)
+    @cython.locals(journal=WriterJournal, progress=ProgressLog)
+    cpdef journal_drop(self, long long id_)
+    cpdef drop(self, long long id_, long long size=*)
+    cpdef unskip(self, long long size)
     @cython.locals(max_items=object, max_size=object)
     cpdef bint is_full(self, long long pending_items=*, long long pending_bytes=*) except -1
     @cython.locals(item=QueueItem)
     cpdef make_room(self, object now, long long pending_items=*, long long pending_bytes=*)
 
-    @cython.locals(memory=BlockingQueue, item=QueueItem)
+    @cython.locals(memory=BlockingQueue, item=QueueItem, size=Py_ssize_t)
     cpdef _pop(self, object now)
     @cython.locals(item=QueueItem)
     cpdef take(self, object now)
     @cython.locals(item=QueueItem)
     cpdef peek(self, object now)
     cpdef _removed(self, QueueItem item, object now)
+    @cython.locals(size=Py_ssize_t)
+    cpdef _put_back(self, QueueItem item)
 
     @cython.locals(read=OpenRead)
-    cpdef OpenRead open(self, QueueItem item)
+    cpdef OpenRead open(self, QueueItem item, object owner=*)
     cpdef confirm(self, OpenRead read)
     cpdef consume(self, QueueItem item)
     @cython.locals(journal=WriterJournal, progress=ProgressLog)
     cpdef _durably_commit(self, long long id_)
+    @cython.locals(journal=WriterJournal, progress=ProgressLog)
+    cpdef _removed_for_good(self, long long id_)
 
     @cython.locals(head=cython.longlong, done=set)
     cpdef commit(self, long long id_)
-    cpdef _expire(self, QueueItem item)
+    cpdef _expired(self, QueueItem item)
     cpdef _forward_expired(self, QueueItem item)

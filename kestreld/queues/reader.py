@@ -6,7 +6,13 @@ bytes of items in memory; past that it is in *read-behind*: new items stay in
 the writer journal only and are streamed back in order as memory drains.
 
 Consumption is tracked the libkestrel way: ``head`` is the highest id below
-which every item is done, ``done`` holds ids confirmed out of order.
+which every item is done, ``done`` holds ids confirmed out of order, and
+``held`` the ids below the head still owed (reads open when a flush moved
+the head past them).  Every removal is journaled in the progress file: a
+confirm or a plain get before its reply, a discard, a full reader's drop and
+an expiry as they happen, a flush as one READ_HEAD jump.
+
+A reader knows its queue's name, folder and journal, not the queue itself.
 """
 
 from __future__ import annotations
@@ -16,22 +22,19 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import structlog
 
 from kestreld.config import QueueConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
-from kestreld.journal.cursor import ReadBehind
 from kestreld.journal.files import checkpoint_name, unlink_quietly
 from kestreld.journal.progress import FolderNotSynced, ProgressLog, rewrite
-from kestreld.journal.writer import Segment, WriterJournal
+from kestreld.journal.segment import ReadBehind, Segment
+from kestreld.journal.writer import WriterJournal
 from kestreld.queues.blocking import BlockingQueue
 from kestreld.queues.item import QueueItem
-
-if TYPE_CHECKING:
-    from kestreld.queues.journaled_queue import JournaledQueue
 
 log = structlog.get_logger("kestreld.queues")
 
@@ -42,13 +45,18 @@ REFILL_CHUNK = 1024 * 1024
 class OpenRead:
     """An item handed out tentatively; confirmed (close) or given back (abort)."""
 
-    __slots__ = ("item", "reader", "opened_at", "finished")
+    __slots__ = ("item", "reader", "opened_at", "finished", "owner")
 
-    def __init__(self, item: QueueItem, reader: Reader, opened_at: float) -> None:
+    def __init__(
+        self, item: QueueItem, reader: Reader, opened_at: float, owner: Any = None
+    ) -> None:
         self.item = item
         self.reader = reader
         self.opened_at = opened_at  # monotonic seconds
         self.finished = False
+        #: Who holds it (a session): told by ``open_read_timed_out(read)`` when
+        #: ``open_transaction_timeout`` gives it back, so it leaves that holder.
+        self.owner = owner
 
 
 @dataclass(slots=True, eq=False)
@@ -60,6 +68,7 @@ class Compaction:
     head: int
     done: list[int]
     sync_folder: bool
+    held: list[int]
     error: str | None = "not run"
     #: The new file was renamed over the old one (also when ``error`` says the folder's
     #: fsync after it failed): appends must go to the new file.
@@ -69,7 +78,7 @@ class Compaction:
     def run(self) -> None:
         """Blocking: write, fsync and rename the new file (never raises)."""
         try:
-            rewrite(self.path, self.head, self.done, self.sync_folder)
+            rewrite(self.path, self.head, self.done, self.sync_folder, self.held)
             self.error = None
             self.renamed = True
         except FolderNotSynced as e:
@@ -81,7 +90,7 @@ class Compaction:
 
 class Reader:
     __slots__ = (
-        "queue",
+        "queue_name",
         "name",
         "full_name",
         "_config",
@@ -98,6 +107,10 @@ class Reader:
         "open_reads",
         "head",
         "done",
+        "held",
+        "tail",
+        "skipped_items",
+        "skipped_bytes",
         "dirty",
         "saved_head",
         "deleted",
@@ -113,10 +126,17 @@ class Reader:
         "age",
     )
 
-    def __init__(self, queue: JournaledQueue, name: str, config: QueueConfig) -> None:
-        self.queue = queue
+    def __init__(
+        self,
+        queue_name: str,
+        name: str,
+        config: QueueConfig,
+        folder: str,
+        journal: WriterJournal | None,
+    ) -> None:
+        self.queue_name = queue_name
         self.name = name  # "" for the default reader
-        self.full_name = queue.name if not name else f"{queue.name}+{name}"
+        self.full_name = queue_name if not name else f"{queue_name}+{name}"
         self._configure(config)
         self.memory: BlockingQueue[QueueItem] = BlockingQueue()
         self.mem_bytes = 0
@@ -126,15 +146,20 @@ class Reader:
         self.open_reads: dict[int, OpenRead] = {}
         self.head = 0
         self.done: set[int] = set()
+        self.held: set[int] = set()  # ids <= head still owed (open when a flush passed them)
+        self.tail = 0  # the newest id offered (or dropped): where a flush moves the head
+        # Puts not yet acknowledged that this reader will not get (dropped or discarded).
+        self.skipped_items = 0
+        self.skipped_bytes = 0
         self.dirty = False  # state changed since the last rewrite of the progress file
         self.saved_head = 0  # the head in the last rewrite: segments below it may go
         self.deleted = False
         self.progress: ProgressLog | None = None
         # The queue's journal (or None) never changes: kept here, a field read per request.
-        self._journal: WriterJournal | None = queue.journal
-        if queue.journal is not None:
+        self._journal: WriterJournal | None = journal
+        if journal is not None:
             self.progress = ProgressLog(
-                os.path.join(queue.folder, checkpoint_name(queue.name, name)),
+                os.path.join(folder, checkpoint_name(queue_name, name)),
                 self.checkpoint_state,
                 self._progress_acked,
             )
@@ -172,9 +197,12 @@ class Reader:
 
     # --- start-up ---------------------------------------------------------------------
 
-    def restore(self, head: int, done: set[int], rewrite: bool = False) -> None:
+    def restore(
+        self, head: int, done: set[int], rewrite: bool = False, held: set[int] | None = None
+    ) -> None:
         """Resume from a checkpoint: items after ``head`` and not in ``done`` are unread.
 
+        ``held``: ids at or below ``head`` still owed (they come back first).
         ``rewrite``: the file is missing or was damaged; the next compaction
         replaces it with this state (the damaged tail is cut).
         """
@@ -185,94 +213,148 @@ class Reader:
         self.head = self.saved_head = head
         self.done = done
         self.dirty = self.dirty or rewrite
-        if journal is None or journal.last_id <= head:
+        if journal is None:
             self.done = set()
             return
-        last = journal.last_id
-        skipped = sum(1 for i in done if head < i <= last)
-        self.items = max(0, last - head - skipped)
-        est = 0
-        for seg in journal.segments:
-            if seg.first_id > head:
-                est += seg.data_bytes
-            elif seg.last_id > head and seg.items:
-                est += seg.data_bytes * (seg.last_id - head) // seg.items
-        self.bytes = est
+        self.tail = journal.last_id
+        held = held or set()
+        if journal.last_id <= head and not held:
+            self.done = set()
+            return
+        items, nbytes, owed = journal.unread(head, done, held)
+        for p in owed:
+            item = QueueItem(p.id, p.add_time, p.expire_time, p.error_count, p.data)  # type: ignore[arg-type]
+            self.held.add(p.id)
+            self.memory.put(item)
+            self.mem_bytes += p.size
+            items += 1
+            nbytes += p.size
+        if len(owed) != len(held):
+            self.dirty = True  # some held ids are no longer in the journal: forget them
+        self.items = items
+        self.bytes = nbytes
         seg = journal.segment_for(head + 1)
-        if seg is not None and self.items:
+        if seg is not None and items > len(owed):
             self.rb = ReadBehind(seg, MAGIC_SIZE, head + 1)
 
-    def start_at_tail(self) -> None:
-        """A reader created at run time sees only items added after it."""
-        journal = self.journal
-        self.head = self.saved_head = journal.last_id if journal else self.queue.last_id
+    def start_at_tail(self, last_id: int) -> Batch | None:
+        """A reader created at run time sees only items added after ``last_id``.
+
+        Its progress file is written (a READ_HEAD jump) with the next group
+        commit, before any later put to the queue is acknowledged.
+        """
+        self.head = self.saved_head = self.tail = last_id
         self.dirty = True
+        return self._journal_jump()
 
     # --- adding -------------------------------------------------------------------------
 
     def offer(self, item: QueueItem, seg: Segment | None, offset: int, now: int) -> None:
         """A new item for this reader (called once its put is acknowledged)."""
-        if item.id <= self.head:
+        id_ = item.id
+        if id_ > self.tail:
+            self.tail = id_
+        if id_ <= self.head:
             return  # put before this reader existed
         self.total_items += 1
         size = len(item.data)
         if item.expired(now, self.cfg_max_age):
             self.expired_items += 1
-            self.commit(item.id)
+            self._removed_for_good(id_)
             self._forward_expired(item)
             return
         self.items += 1
         self.bytes += size
         if self.rb is None:
             memory = self.memory
-            if seg is None or self.mem_bytes + size <= self.cfg_max_memory or not memory.items:
+            if seg is None or self.mem_bytes + size <= self.cfg_max_memory or not memory:
                 if memory.hand_off(item):
                     self._removed(item, now)
                 else:
-                    memory.items.append(item)
+                    memory.put(item)
                     self.mem_bytes += size
                 return
-            self.rb = ReadBehind(seg, offset, item.id)
+            self.rb = ReadBehind(seg, offset, id_)
 
-    def drop(self, id_: int) -> None:
-        """A new item this full fanout reader does not take (Kestrel 2.x: its own queue was full)."""
-        if id_ <= self.head:
-            return
+    def skip(self, size: int) -> None:
+        """A put on its way in (not yet acknowledged) will not be offered: see :meth:`drop`."""
+        self.skipped_items += 1
+        self.skipped_bytes += size
+
+    def journal_drop(self, id_: int) -> None:
+        """Journal now that this reader will drop ``id_`` (a put on its way in): the record
+        goes out with the put's own write, before the put is acknowledged."""
+        progress = self.progress
+        journal = self._journal
+        if progress is not None and journal is not None and not journal.closed:
+            progress.record(id_)
+            journal.join(progress)
+
+    def drop(self, id_: int, size: int = -1) -> None:
+        """A new item this reader does not take: it was full (Kestrel 2.x: its own queue was
+        full), or it discarded the item before it was acknowledged (discard_old_when_full).
+
+        ``size``: the item was skipped (:meth:`skip`) while its put was on its way in;
+        its drop is journaled already (:meth:`journal_drop`).
+        """
+        if size >= 0:
+            self.skipped_items -= 1
+            self.skipped_bytes -= size
+        if id_ > self.tail:
+            self.tail = id_
+        if size < 0 and id_ <= self.head:
+            return  # put before this reader existed
+        self.total_items += 1
         self.discarded += 1
         self.commit(id_)
 
+    def unskip(self, size: int) -> None:
+        """A skipped put failed: it was never stored."""
+        self.skipped_items -= 1
+        self.skipped_bytes -= size
+
     def is_full(self, pending_items: int = 0, pending_bytes: int = 0) -> bool:
-        """Full, counting puts not yet acknowledged (they are on their way in)."""
+        """Full, counting puts not yet acknowledged (they are on their way in).
+
+        The puts of those this reader skips (:meth:`skip`) do not count.
+        """
         max_items = self.cfg_max_items
-        if max_items is not None and self.items + pending_items >= max_items:
+        if max_items is not None and self.items + pending_items - self.skipped_items >= max_items:
             return True
         max_size = self.cfg_max_size
-        return max_size is not None and self.bytes + pending_bytes >= max_size
+        return max_size is not None and self.bytes + pending_bytes - self.skipped_bytes >= max_size
 
     def make_room(self, now: int, pending_items: int = 0, pending_bytes: int = 0) -> None:
-        """Discard oldest items until a new one fits (discard_old_when_full)."""
+        """Discard oldest items until a new one fits (discard_old_when_full).
+
+        Only items already offered are discarded here; the queue discards puts
+        still on their way in when these are not enough (see JournaledQueue.put).
+        """
         while self.is_full(pending_items, pending_bytes):
             item = self._pop(now)
             if item is None:
                 return
             self.discarded += 1
-            self._removed(item, now)
-            self.commit(item.id)
+            self._removed_for_good(item.id)
 
     # --- taking -------------------------------------------------------------------------
 
     def _pop(self, now: int) -> QueueItem | None:
-        """The head item, past expired ones; removed from memory, not yet from counts."""
+        """The head item, past expired ones: removed from memory and from the counts."""
         memory = self.memory
         max_age = self.cfg_max_age
         while True:
-            if not memory.items:
+            item = memory.poll()
+            if item is None:
                 if self.rb is None or not self._refill():
                     return None
-            item = memory.items.popleft()
-            self.mem_bytes -= len(item.data)
+                continue
+            size = len(item.data)
+            self.mem_bytes -= size
+            self.items -= 1
+            self.bytes -= size
             if (item.expire_time or max_age) and item.expired(now, max_age):
-                self._expire(item)
+                self._expired(item)
                 continue
             if self.rb is not None and self.mem_bytes < self.cfg_max_memory // 2:
                 self._refill()
@@ -282,15 +364,22 @@ class Reader:
         """Remove and return the head item (None when empty)."""
         item = self._pop(now)
         if item is not None:
-            self._removed(item, now)
+            self.age = max(0, now - item.add_time)
         return item
 
     def peek(self, now: int) -> QueueItem | None:
         item = self._pop(now)
         if item is not None:
-            self.memory.items.appendleft(item)
-            self.mem_bytes += len(item.data)
+            self._put_back(item)
         return item
+
+    def _put_back(self, item: QueueItem) -> None:
+        """``item`` goes back to the head of memory (counted again; no hand-off)."""
+        size = len(item.data)
+        self.memory.put_first(item)
+        self.mem_bytes += size
+        self.items += 1
+        self.bytes += size
 
     def oldest_add_time(self) -> int | None:
         """``add_time`` (ms) of the item at the head, the oldest waiting; None when empty.
@@ -298,23 +387,26 @@ class Reader:
         Open reads are not waiting and do not count.  After a restart the head
         may still be on disk: it is loaded as the next take would load it.
         """
-        items = self.memory.items
-        if not items and self.rb is not None:
+        memory = self.memory
+        if not memory and self.rb is not None:
             self._refill()
-        return items[0].add_time if items else None
+        item = memory.peek()
+        return item.add_time if item is not None else None
 
     def wait(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> asyncio.Future:
         return self.memory.wait(loop, timeout)
 
     def _removed(self, item: QueueItem, now: int) -> None:
+        """An item counted in and handed straight to a waiter: counted out."""
         self.items -= 1
         self.bytes -= len(item.data)
         self.age = max(0, now - item.add_time)
 
     # --- reliable reads -----------------------------------------------------------------
 
-    def open(self, item: QueueItem) -> OpenRead:
-        read = OpenRead(item, self, time.monotonic())
+    def open(self, item: QueueItem, owner: Any = None) -> OpenRead:
+        """Hand ``item`` out tentatively, held by ``owner`` (see :class:`OpenRead`)."""
+        read = OpenRead(item, self, time.monotonic(), owner)
         self.open_reads[item.id] = read
         self.transactions += 1
         return read
@@ -341,7 +433,11 @@ class Reader:
         if self.deleted:
             return
         read.finished = False
-        self.open_reads[read.item.id] = read
+        id_ = read.item.id
+        self.open_reads[id_] = read
+        if id_ <= self.head and id_ not in self.held:
+            self.held.add(id_)  # a flush passed it meanwhile: still owed
+            self.dirty = True
 
     def _durably_commit(self, id_: int) -> Batch | None:
         progress = self.progress
@@ -350,6 +446,29 @@ class Reader:
             self.commit(id_)
             return None
         batch = progress.record(id_)
+        journal.join(progress)
+        return batch
+
+    def _removed_for_good(self, id_: int) -> None:
+        """An id discarded, dropped or expired: consumed now, journaled with the next tick.
+
+        Nobody waits for it; a failed append marks the state dirty (the next
+        rewrite has it), so a kill -9 never brings the item back once written.
+        """
+        self.commit(id_)
+        progress = self.progress
+        journal = self._journal
+        if progress is not None and journal is not None and not journal.closed:
+            progress.record(id_)
+            journal.join(progress)
+
+    def _journal_jump(self) -> Batch | None:
+        """Append the head (and the ids still owed below it) as a READ_HEAD jump."""
+        progress = self.progress
+        journal = self._journal
+        if progress is None or journal is None or journal.closed:
+            return None
+        batch = progress.jump(self.head, list(self.held))
         journal.join(progress)
         return batch
 
@@ -376,18 +495,24 @@ class Reader:
         self.return_items(items)
 
     def return_items(self, items: list[QueueItem]) -> None:
-        """Put items back at the head (waiters first), in order; no transaction counted."""
+        """Put items back at the head (waiters first), in order; no transaction counted.
+
+        An item past its expiry is expired instead: it never goes to a waiter.
+        """
         now = int(time.time() * 1000)
+        max_age = self.cfg_max_age
+        memory = self.memory
         rest = []
         for item in items:
-            self.items += 1
-            self.bytes += len(item.data)
-            if self.memory.hand_off(item):
-                self._removed(item, now)
-            else:
-                rest.append(item)
-        self.memory.items.extendleft(reversed(rest))
-        self.mem_bytes += sum(len(i.data) for i in rest)
+            if (item.expire_time or max_age) and item.expired(now, max_age):
+                self._expired(item)
+                continue
+            if memory.hand_off(item):
+                self.age = max(0, now - item.add_time)
+                continue
+            rest.append(item)
+        for item in reversed(rest):
+            self._put_back(item)
 
     # --- consumption bookkeeping ------------------------------------------------------
 
@@ -395,6 +520,9 @@ class Reader:
         """Mark one id consumed: advance the head or remember it as done out of order."""
         head = self.head
         if id_ <= head:
+            if self.held and id_ in self.held:
+                self.held.discard(id_)
+                self.dirty = True
             return
         self.dirty = True
         if id_ == head + 1:
@@ -426,50 +554,58 @@ class Reader:
 
     # --- flushing and expiry ------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Drop every queued item; open reads stay open."""
-        for item in self.memory.items:
-            self.commit(item.id)
-        if self.rb is not None and self.journal is not None:
-            self.commit_range(self.rb.next_id, self.journal.last_id)
-        self.memory.items.clear()
+    def flush(self) -> Batch | None:
+        """Drop every queued item; open reads stay open.  The ticket says when it is durable.
+
+        The head jumps to the newest id in constant memory; the reads still
+        open are kept by id (held), so a crash gives them back and nothing else.
+        """
+        head = max(self.head, self.tail)
+        self.held = {i for i in self.open_reads if i <= head}
+        self.head = head
+        self.done = set()
+        self.dirty = True
+        self.memory.clear()
         self.mem_bytes = 0
         self.items = 0
         self.bytes = 0
         self.rb = None
         self.total_flushes += 1
+        return self._journal_jump()
 
     def discard_expired(self, now: int, limit: int | None = None) -> int:
         """Discard expired items at the head (at most ``limit``); returns how many."""
-        max_age = self.config.max_age
-        memory = self.memory.items
+        max_age = self.cfg_max_age
+        memory = self.memory
         count = 0
         while limit is None or count < limit:
             if not memory:
                 if self.rb is None or not self._refill():
                     break
-            item = memory[0]
+            item = memory.peek()
             if not item.expired(now, max_age):
                 break
-            memory.popleft()
-            self.mem_bytes -= len(item.data)
-            self._expire(item)
+            memory.poll()
+            size = len(item.data)
+            self.mem_bytes -= size
+            self.items -= 1
+            self.bytes -= size
+            self._expired(item)
             count += 1
         return count
 
-    def _expire(self, item: QueueItem) -> None:
-        self.items -= 1
-        self.bytes -= len(item.data)
+    def _expired(self, item: QueueItem) -> None:
+        """An item out of memory and the counts turned out expired."""
         self.expired_items += 1
-        self.commit(item.id)
+        self._removed_for_good(item.id)
         self._forward_expired(item)
 
     def _forward_expired(self, item: QueueItem) -> None:
-        if self.on_expired is not None and self.config.expire_to_queue:
+        if self.on_expired is not None and self._config.expire_to_queue:
             self.on_expired(self, item)
 
     def expired_open_reads(self, now_mono: float) -> list[OpenRead]:
-        timeout = self.config.open_transaction_timeout
+        timeout = self._config.open_transaction_timeout
         if not timeout or not self.open_reads:
             return []
         limit = now_mono - timeout / 1000
@@ -486,8 +622,8 @@ class Reader:
             return False
         loaded = 0
         head, done = self.head, self.done
-        memory = self.memory.items
-        max_mem = self.config.max_memory_size
+        memory = self.memory
+        max_mem = self._config.max_memory_size
         while (
             self.rb is not None
             and loaded < REFILL_CHUNK
@@ -513,7 +649,7 @@ class Reader:
                     # Full: resume at this record next time.
                     offset, problem = p.offset, None
                     break
-                memory.append(QueueItem(id_, p.add_time, p.expire_time, p.error_count, p.data))  # type: ignore[arg-type]
+                memory.put(QueueItem(id_, p.add_time, p.expire_time, p.error_count, p.data))  # type: ignore[arg-type]
                 self.mem_bytes += p.size
                 loaded += p.size + 1
                 rb.next_id = id_ + 1
@@ -529,7 +665,6 @@ class Reader:
                         if offset >= seg.visible:
                             # Puts still pending will be offered when acknowledged.
                             self.rb = None
-                            self._resync_counts()
                         break
                     rb.segment, rb.offset = nxt, MAGIC_SIZE
                 continue
@@ -560,14 +695,15 @@ class Reader:
             self._resync_counts()
 
     def _resync_counts(self) -> None:
-        """Out of read-behind: memory holds everything, so the counts are exact again."""
-        self.items = len(self.memory.items)
+        """Past damage, out of read-behind: memory holds everything, the counts are exact again."""
+        self.items = len(self.memory)
         self.bytes = self.mem_bytes
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def checkpoint_state(self) -> tuple[int, list[int]]:
-        return self.head, sorted(self.done)
+        """(head, ids) for a new progress file's first records; held ids are negative."""
+        return self.head, [-i for i in sorted(self.held)] + sorted(self.done)
 
     # --- persistence: the one place the progress file is rewritten -----------------------
 
@@ -582,11 +718,13 @@ class Reader:
         if progress is None or self.deleted or progress.compacting or not self.dirty:
             return None
         self.dirty = False
-        progress.compacting = True
+        progress.begin_rewrite()
         head = self.head
-        done = self.done.union(i for i in progress.inflight_ids() if i > head)
-        sync_folder = self.config.sync_journal is not None
-        return Compaction(self, progress.path, head, sorted(done), sync_folder)
+        inflight = progress.inflight_ids()
+        done = self.done.union(i for i in inflight if i > head)
+        held = self.held.difference(inflight)
+        sync_folder = self._config.sync_journal is not None
+        return Compaction(self, progress.path, head, sorted(done), sync_folder, sorted(held))
 
     def finish_compaction(self, job: Compaction) -> None:
         """Back on the loop after ``job.run()``: append to the new file from now on."""
@@ -611,7 +749,7 @@ class Reader:
             else:
                 journal.sync.new_file()  # the next group commit fsyncs the folder first
         else:
-            progress.compacting = False
+            progress.rewrite_failed()
         if progress.has_pending:
             journal.join(progress)
 
@@ -621,6 +759,28 @@ class Reader:
         if job is not None:
             job.run()
             self.finish_compaction(job)
+
+    def forward_expired_to(self, callback: Callable[[Reader, QueueItem], None]) -> None:
+        """Where expired items go (``expire_to_queue``; the collection knows the queues)."""
+        self.on_expired = callback
+
+    def floor(self) -> int:
+        """Every id at or below this is durably consumed: segments up to it may go."""
+        held = self.held
+        return min(self.saved_head, min(held) - 1) if held else self.saved_head
+
+    def reading_from(self) -> int | None:
+        """The stamp of the segment read-behind reads now (None: not in read-behind)."""
+        rb = self.rb
+        return rb.segment.stamp if rb is not None else None
+
+    def idle(self) -> bool:
+        """Nothing waiting, open or awaited (max_queue_age may delete the queue)."""
+        return self.items == 0 and not self.open_reads and not self.memory.live_waiters()
+
+    def wake_waiters(self) -> None:
+        """The server stops: every waiting get ends empty-handed."""
+        self.memory.wake_all()
 
     def close(self) -> None:
         """The reader is gone: wake its waiters empty-handed."""
@@ -643,7 +803,7 @@ class Reader:
             "total_items": self.total_items,
             "logsize": journal.total_size if journal else 0,
             "expired_items": self.expired_items,
-            "mem_items": len(self.memory.items),
+            "mem_items": len(self.memory),
             "mem_bytes": self.mem_bytes,
             "age": self.age,
             "discarded": self.discarded,

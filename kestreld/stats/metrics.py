@@ -89,7 +89,7 @@ class MetricsServer:
                 f"cannot listen on {address}:{config.metrics_port} for metrics: {e.strerror or e}"
             ) from None
         self.server.latency_observer = self.latency.observe_request
-        periodic_sync.fsync_observer = self.latency.observe_fsync
+        periodic_sync.observe_fsyncs(self.latency.observe_fsync)
         sock = self._listener.sockets[0].getsockname()
         log.info(
             "metrics_listening", address=f"{sock[0]}:{sock[1]}", paths=["/metrics", "/stats.json"]
@@ -104,8 +104,9 @@ class MetricsServer:
         """Stop listening, end requests in progress, unhook the observers."""
         if self.server.latency_observer == self.latency.observe_request:
             self.server.latency_observer = None
-        if periodic_sync.fsync_observer == self.latency.observe_fsync:
-            periodic_sync.fsync_observer = None
+        previous = periodic_sync.observe_fsyncs(None)
+        if previous != self.latency.observe_fsync:
+            periodic_sync.observe_fsyncs(previous)  # another server's: leave it
         if self._listener is None:
             return
         self._listener.close()

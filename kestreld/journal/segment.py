@@ -1,19 +1,58 @@
-"""Read-behind: reading acknowledged items back from writer segments.
+"""A writer segment, and reading acknowledged items back from segments (read-behind).
 
-A reader whose items do not fit in memory keeps a :class:`ReadBehind` cursor
-(segment, offset, next id) and refills memory through the queue's
-:class:`SegmentReader`, which keeps one read-only descriptor per segment.
+:class:`Segment` is one writer file (what the writer journal appends to and
+what readers read back).  A reader whose items do not fit in memory keeps a
+:class:`ReadBehind` cursor (segment, offset, next id) and refills memory
+through the queue's :class:`SegmentReader`, which keeps the read-only
+descriptors of the few segments read last (an LRU): a queue holds a bounded
+number of descriptors however many segments a lagging reader walks through.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections import OrderedDict
 
 from kestreld.journal import codec
 
-if TYPE_CHECKING:
-    from kestreld.journal.writer import Segment
+
+class Segment:
+    """One writer file.  ``first_id`` is 0 while the segment holds no put."""
+
+    __slots__ = (
+        "stamp",
+        "path",
+        "first_id",
+        "last_id",
+        "size",
+        "written",
+        "visible",
+        "items",
+        "data_bytes",
+    )
+
+    def __init__(
+        self,
+        stamp: int,
+        path: str,
+        first_id: int = 0,
+        last_id: int = 0,
+        size: int = codec.MAGIC_SIZE,
+        written: int = codec.MAGIC_SIZE,
+        visible: int = codec.MAGIC_SIZE,
+        items: int = 0,
+        data_bytes: int = 0,
+    ) -> None:
+        self.stamp = stamp
+        self.path = path
+        self.first_id = first_id
+        self.last_id = last_id
+        self.size = size  # logical size, including bytes still in the buffer
+        self.written = written  # bytes handed to the OS
+        # Bytes of successfully acknowledged batches: what readers may read.
+        self.visible = visible
+        self.items = items
+        self.data_bytes = data_bytes
 
 
 class ReadBehind:
@@ -27,11 +66,19 @@ class ReadBehind:
         self.next_id = next_id  # the lowest id not yet loaded
 
 
-class SegmentReader:
-    """pread()s of whole records from segments, one cached descriptor per segment."""
+#: Read descriptors a queue keeps open (readers at different positions share them).
+MAX_OPEN_SEGMENTS = 4
 
-    def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
+
+class SegmentReader:
+    """pread()s of whole records from segments; the last few descriptors stay open."""
+
+    def __init__(self, max_open: int = MAX_OPEN_SEGMENTS) -> None:
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self.max_open = max_open
+
+    def open_count(self) -> int:
+        return len(self._fds)
 
     def read(
         self, seg: Segment, offset: int, max_bytes: int
@@ -45,10 +92,15 @@ class SegmentReader:
         end = seg.visible
         if offset >= end:
             return [], offset, None
-        fd = self._fds.get(seg.path)
+        fds = self._fds
+        fd = fds.get(seg.path)
         if fd is None:
+            while len(fds) >= self.max_open:
+                _close(fds.popitem(last=False)[1])
             fd = os.open(seg.path, os.O_RDONLY)
-            self._fds[seg.path] = fd
+            fds[seg.path] = fd
+        else:
+            fds.move_to_end(seg.path)
         want = max(64 * 1024, max_bytes)
         while True:
             n = min(want, end - offset)

@@ -34,7 +34,13 @@ class MemoryTransport(asyncio.Transport):
     def resume_reading(self) -> None:
         pass
 
+    def get_write_buffer_size(self) -> int:
+        return 0  # every write is taken at once
+
     def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
         self.closed = True
 
     def is_closing(self) -> bool:

@@ -1,0 +1,14 @@
+"""The queue session: what one client has open, is owed and waits for, under any front end.
+
+- :mod:`kestreld.session.session` -- :class:`Session`, one per client: its open reads,
+  its wait, its put tickets and pending replies; the verbs a front end calls
+  (put, fetch, confirm, abort, flush, delete, status checks, limits, close).
+- :mod:`kestreld.session.fetch` -- :class:`Fetch`, one get as a request and its outcome.
+- :mod:`kestreld.session.reply` -- :class:`PendingReply`, a reply promised to the client
+  that resolves to its bytes or to an error once the journal has it.
+- :mod:`kestreld.session.errors` -- why a request was refused.
+
+The session knows nothing of a wire syntax: front ends (``kestreld.protocol``)
+parse requests, call its verbs and render what they return.  It depends on
+``kestreld.queues`` and ``kestreld.state`` only.
+"""

@@ -1,0 +1,39 @@
+# Cython declarations for session.py (compiled when a compiler is present; see kestreld/compiled.py).
+# The front ends call the hot verbs (put, fetch, puts_pending, reply_failed) through a C vtable.
+
+cimport cython
+
+from kestreld.session.fetch cimport Fetch
+from kestreld.session.reply cimport PendingReply
+
+
+cdef class Session:
+    cdef public object server
+    cdef public object queues
+    cdef public object stats
+    cdef public object listener
+    cdef public object ready
+    cdef public dict open_reads
+    cdef public object waiting
+    cdef public object wait_fetch
+    cdef public list unacked
+    cdef public object confirm_ticket
+    cdef public bint no_wait
+    cdef public bint closed
+    cdef public object principal
+
+    cpdef admit_put(self, str name, Py_ssize_t size)
+    @cython.locals(unacked=list)
+    cpdef object put(self, str name, bytes data, object expire, bint want_reply)
+    @cython.locals(unacked=list)
+    cpdef bint puts_pending(self) except -1
+
+    @cython.locals(fetch=bint, refused=bint)
+    cpdef int fetch(self, Fetch f, bint single) except -1
+    cpdef _hand_out(self, object reader, Fetch f, object item)
+    @cython.locals(f=Fetch, behind=PendingReply)
+    cpdef _wait_done(self, object fut)
+    cpdef object _confirm(self, object reader, list reads)
+    @cython.locals(reply=PendingReply)
+    cpdef PendingReply _hold(self, object ticket, object reader)
+    cpdef reply_failed(self, PendingReply reply)

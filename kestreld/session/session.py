@@ -1,0 +1,569 @@
+"""One client's queue session: what it has open, what it is owed, what it waits for.
+
+Design.  Kestrel put a ``KestrelHandler`` under each front end (memcache,
+text, thrift); this is that layer.  A front end parses requests and renders
+replies; everything a client holds lives here, so every way a connection
+ends finds it in one place:
+
+- **open reads** (``get q/open``, ``monitor``): per reader, oldest first.
+  They are given back when the session closes, however it closes, and leave
+  it when ``open_transaction_timeout`` gives them back first
+  (:meth:`Session.open_read_timed_out`, called by the queues' sweep through
+  :attr:`OpenRead.owner <kestreld.queues.reader.OpenRead>`).
+- **the wait** (a get with a timeout, a monitor): at most one; while it runs
+  the front end judges no later request (replies stay in request order).
+- **put tickets**: the journal batches of this session's puts not yet
+  acknowledged; a later fetch must see them (:meth:`Session.puts_pending`).
+- **pending replies** (:class:`~kestreld.session.reply.PendingReply`): a put's
+  or a confirm's acknowledgement, promised and held in the front end's output
+  until the journal has it.  When a ticket resolves the session tells its
+  listener (``replies_ready``); a failed confirm is undone by
+  :meth:`Session.reply_failed`.
+
+The listener is the front end's connection.  It implements
+``replies_ready(ticket)`` (a ticket of this session resolved: send what is
+ready; called even after the session closed), ``wait_ended(fetch)`` and
+``monitor_item(fetch)``
+(plain method calls, no protocol class imported here).  :meth:`Session.close`
+is the one way a session ends; the front end calls it once it has sent every
+promised reply (a close it initiates) or at once (the client went away);
+either way open reads go back to their queues.
+
+Requests are refused by raising :mod:`kestreld.session.errors` exceptions
+(rare paths) or, for a fetch, by its outcome (the hot path raises nothing).
+:attr:`Session.principal` is who the client authenticated as (None: nobody;
+front ends with authentication set it through :meth:`Session.authenticate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
+from kestreld.session.errors import NoOpenRead, NotStored, NotWritable, PutFailed
+from kestreld.session.fetch import BUSY, GONE, ITEM, MISS, REFUSED, WAIT, Fetch
+from kestreld.session.reply import CONFIRM, PendingReply, pending_put
+
+if TYPE_CHECKING:
+    from kestreld.queues.item import QueueItem
+    from kestreld.queues.reader import OpenRead, Reader
+    from kestreld.state import ServerState
+
+log = structlog.get_logger("kestreld.session")
+
+__all__ = ["Session"]
+
+
+class Session:
+    """The queue side of one client, whatever its wire protocol."""
+
+    __slots__ = (
+        "server",
+        "queues",
+        "stats",
+        "listener",
+        "ready",
+        "open_reads",
+        "waiting",
+        "wait_fetch",
+        "unacked",
+        "confirm_ticket",
+        "no_wait",
+        "closed",
+        "principal",
+    )
+
+    def __init__(self, server: ServerState, listener: Any) -> None:
+        self.server = server
+        self.queues = server.queues
+        self.stats = server.stats
+        #: The front end: ``replies_ready(ticket)``, ``wait_ended(fetch)``, ``monitor_item(fetch)``.
+        self.listener = listener
+        #: ``listener.replies_ready(ticket)``, bound once: the callback of every ticket.
+        self.ready = listener.replies_ready
+        #: Reads this session opened, oldest first per reader.
+        self.open_reads: dict[Reader, deque[OpenRead]] = {}
+        #: The wait in progress (a get's future, a monitor's task), or None.
+        self.waiting: asyncio.Future | None = None
+        self.wait_fetch: Fetch | None = None
+        #: Journal batches holding this session's puts, not yet resolved.
+        self.unacked: list[Any] = []
+        self.confirm_ticket: Any = None  # the last confirm batch listened to (one callback each)
+        self.no_wait = False  # nobody may be listening: fetches do not wait
+        self.closed = False
+        #: Who the client authenticated as (None: nobody; set by front ends with auth).
+        self.principal: Any = None
+
+    # --- identity and status checks ------------------------------------------------------
+
+    def authenticate(self, principal: Any) -> None:
+        """The client proved it is ``principal`` (front ends with authentication)."""
+        self.principal = principal
+
+    # The server keeps why it refuses writes and fetches now (its status in force, or
+    # more connections than connection_limit_refuse_writes / _reads), so a request
+    # reads one attribute: see ServerState.writes_refused.
+
+    def check_writable(self) -> None:
+        """Raise :class:`NotWritable` if the server refuses writes now (READONLY,
+        QUIESCENT, or more connections than ``connection_limit_refuse_writes``)."""
+        refusal = self.server.writes_refused
+        if refusal is not None:
+            raise NotWritable(refusal)
+
+    def check_readable(self) -> None:
+        """Raise :class:`NotWritable` if the server refuses fetches now (QUIESCENT, or
+        more connections than ``connection_limit_refuse_reads``)."""
+        refusal = self.server.reads_refused
+        if refusal is not None:
+            raise NotWritable(refusal)
+
+    def read_refusal(self) -> str | None:
+        """Why fetches are refused now (a REFUSED fetch's reason), or None."""
+        return self.server.reads_refused
+
+    def max_open_reads(self) -> int:
+        """How many reads of one queue this session may hold open."""
+        return self.server.config.max_open_reads
+
+    def waits(self) -> bool:
+        """True while a wait (a get with a timeout, a monitor) is in progress."""
+        return self.waiting is not None
+
+    # --- put -------------------------------------------------------------------------------
+
+    def admit_put(self, name: str, size: int) -> None:
+        """Before a put's data is read: raise :class:`NotWritable` or :class:`NotStored`
+        (larger than the queue's ``max_item_size``) if it cannot be stored."""
+        server = self.server
+        refusal = server.writes_refused
+        if refusal is not None:
+            raise NotWritable(refusal)
+        # The queue's own config (the same object, kept current by reloads) saves a lookup.
+        queue = self.queues.queues.get(name)
+        config = queue.config if queue is not None else server.config.queue(name)
+        if size > config.max_item_size:
+            raise NotStored("item too large")
+
+    def put(self, name: str, data: bytes, expire: int, want_reply: bool) -> PendingReply | None:
+        """Add an item to queue ``name`` (``expire``: ms since the epoch, 0 for never).
+
+        Returns None when it is acknowledged already (or no reply is wanted),
+        else the reply to hold until the journal has it.  Raises
+        :class:`NotStored` (the queue is full) or :class:`PutFailed`.
+        Later fetches of this session wait for it (:meth:`puts_pending`).
+        """
+        try:
+            batch = self.queues.put(name, data, expire, int(time.time() * 1000))
+        except QueueFull:
+            raise NotStored("queue full") from None
+        except JournalWriteError as e:
+            raise PutFailed(str(e)) from None
+        except OSError as e:
+            log.error("put_failed", queue=name, error=str(e))
+            raise PutFailed(f"journal write failed: {e.strerror}") from None
+        if batch is None:
+            return None
+        if batch.done:
+            if batch.error is not None:
+                raise PutFailed(batch.error)
+            return None
+        unacked = self.unacked
+        if not unacked or unacked[-1] is not batch:
+            if unacked and unacked[0].done:
+                unacked = self.unacked = [b for b in unacked if not b.done]
+            unacked.append(batch)
+            batch.add_done_callback(self.ready)
+        if not want_reply:
+            return None
+        return pending_put(batch)
+
+    def puts_pending(self) -> bool:
+        """True while one of this session's puts is not acknowledged yet (acknowledged
+        tickets are let go here and at the next put)."""
+        unacked = self.unacked
+        if unacked:
+            if len(unacked) == 1:
+                if unacked[0].done:
+                    unacked.clear()  # the usual case: this session's only batch
+            else:
+                self.unacked = unacked = [b for b in unacked if not b.done]
+        return bool(unacked)
+
+    # --- fetch -----------------------------------------------------------------------------
+
+    def fetch(self, f: Fetch, single: bool) -> int:
+        """Run one get: its /abort, its /close, then its fetch; returns ``f.outcome``.
+
+        ``single``: the only key of its request, which may wait (a key of a
+        multi-key get never waits and never answers BUSY: it just has no item).
+        Afterwards ``f.item`` is the item (ITEM), ``f.reply`` a reply the front
+        end must place now (its /close's confirm, or a plain get's), and WAIT
+        means the listener's ``wait_ended(f)`` follows.  QUIESCENT refuses the
+        fetch only: the /close or /abort before it still happens, so a reliable
+        reader's last item is not delivered twice after a drain.  So do more
+        connections than ``connection_limit_refuse_reads`` (:meth:`read_refusal`
+        says which refused).
+        """
+        server = self.server
+        stats = self.stats
+        f.reply = None
+        f.item = None
+        fetch = f.open or not (f.close or f.abort)
+        refused = fetch and server.reads_refused is not None
+        reader = self.queues.reader(f.name, create=fetch and not refused)
+        if reader is None:
+            if refused:
+                f.outcome = REFUSED
+                return REFUSED
+            if fetch:
+                stats.get_misses += 1
+                if f.peek:
+                    stats.cmd_peek += 1
+                else:
+                    stats.cmd_get += 1
+            f.outcome = MISS
+            return MISS
+        reads = self.open_reads.get(reader)
+        if f.abort and reads:
+            reader.abort([reads.popleft()])
+        if f.close and reads:
+            f.reply = self._confirm(reader, [reads.popleft()])
+        if reads is not None and not reads:
+            del self.open_reads[reader]
+            reads = None
+        if refused:
+            f.outcome = REFUSED
+            return REFUSED
+        if not fetch:
+            f.outcome = MISS
+            return MISS
+        if f.peek:
+            stats.cmd_peek += 1
+        else:
+            stats.cmd_get += 1
+            if reads and (not f.open or len(reads) >= server.config.max_open_reads):
+                # A plain get while a read is open, or too many open reads.
+                f.outcome = BUSY
+                return BUSY
+        now = int(time.time() * 1000)
+        item = reader.peek(now) if f.peek else reader.take(now)
+        if item is not None:
+            stats.get_hits += 1
+            if server.latency_observer is not None:
+                server.latency_observer("get_hit", 0.0)
+            self._hand_out(reader, f, item)
+            f.outcome = ITEM
+            return ITEM
+        if not single or f.timeout <= 0 or self.no_wait:
+            stats.get_misses += 1
+            f.outcome = MISS
+            return MISS
+        fut = reader.wait(server.loop, f.timeout / 1000)
+        self.waiting = fut
+        self.wait_fetch = f
+        f.reader = reader
+        f.behind = f.reply  # placed by the front end now; the item goes in after it
+        f.started = time.perf_counter()
+        fut.add_done_callback(self._wait_done)
+        f.outcome = WAIT
+        return WAIT
+
+    def _hand_out(self, reader: Reader, f: Fetch, item: QueueItem) -> None:
+        """``item`` goes to the client: opened (/open), looked at (/peek) or consumed."""
+        f.item = item
+        if f.peek:
+            return
+        if f.open:
+            read = reader.open(item, self)
+            reads = self.open_reads.get(reader)
+            if reads is None:
+                reads = self.open_reads[reader] = deque()
+            reads.append(read)
+            behind = f.behind if f.behind is not None else f.reply
+            if behind is not None:
+                behind.undo_gives_back(read)  # a failed /close gives the new read back
+            return
+        ticket = reader.consume(item)
+        if ticket is None or (ticket.done and ticket.error is None):
+            return
+        reply = self._hold(ticket, reader)
+        reply.undo_returns(item)
+        f.reply = reply
+
+    def _wait_done(self, fut: asyncio.Future) -> None:
+        """A wait ended: with an item, or None at its timeout (or when ended early)."""
+        f = self.wait_fetch
+        self.wait_fetch = None
+        self.waiting = None
+        item = None if fut.cancelled() else fut.result()
+        reader = f.reader  # type: ignore[union-attr]
+        f.reader = None  # type: ignore[union-attr]
+        f.reply = None  # type: ignore[union-attr]
+        behind = f.behind  # type: ignore[union-attr]
+        if self.closed or (behind is not None and behind.failed):
+            if item is not None:
+                reader.return_items([item])  # nobody to take it (or its /close failed)
+            if not self.closed:
+                f.outcome = GONE  # type: ignore[union-attr]
+                self.listener.wait_ended(f)
+            return
+        observe = self.server.latency_observer
+        if observe is not None:
+            observe(
+                "get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started
+            )  # type: ignore[union-attr]
+        if item is None:
+            self.stats.get_misses += 1
+            f.outcome = MISS  # type: ignore[union-attr]
+        else:
+            self.stats.get_hits += 1
+            if f.peek:  # type: ignore[union-attr]
+                reader.return_items([item])  # a peek only looks: the item stays at the head
+            self._hand_out(reader, f, item)  # type: ignore[arg-type]
+            f.outcome = ITEM  # type: ignore[union-attr]
+        self.listener.wait_ended(f)
+
+    def stop_waiting(self) -> None:
+        """Nobody may be listening any more: end the wait in progress (no item) and wait
+        for nothing from now on (a half-closed client, a server that is stopping)."""
+        self.no_wait = True
+        waiting = self.waiting
+        if waiting is not None and not waiting.done():
+            waiting.cancel()
+
+    # --- monitor ---------------------------------------------------------------------------
+
+    def monitor(self, f: Fetch, seconds: float, limit: int) -> None:
+        """Open reads of every item of ``f.name`` for ``seconds`` (at most ``limit``).
+
+        Each item is opened and passed to the listener's ``monitor_item(f)``
+        (``f.item``); the end is ``wait_ended(f)``: outcome MISS at its end, GONE
+        when :meth:`stop_waiting` ended it early.  It is this
+        session's wait.  Raises :class:`NotWritable` when fetches are refused.
+        """
+        self.check_readable()
+        reader = self.queues.reader(f.name, create=True)
+        assert reader is not None
+        if self.no_wait:
+            seconds = 0.0  # take what is there, wait for nothing
+        f.reader = reader
+        task = self.server.loop.create_task(_monitor(self, f, reader, seconds, limit))
+        self.waiting = task
+        self.wait_fetch = f
+        task.add_done_callback(self._monitor_done)
+
+    def monitor_open(self, f: Fetch, item: QueueItem) -> None:
+        """One item of a monitor: opened by this session, then shown to the listener."""
+        self.stats.get_hits += 1
+        f.item = item
+        f.outcome = ITEM
+        read = f.reader.open(item, self)  # type: ignore[union-attr]
+        reads = self.open_reads.get(f.reader)
+        if reads is None:
+            reads = self.open_reads[f.reader] = deque()
+        reads.append(read)
+        self.listener.monitor_item(f)
+
+    def _monitor_done(self, task: asyncio.Task) -> None:
+        f = self.wait_fetch
+        if self.waiting is task:
+            self.waiting = None
+            self.wait_fetch = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("monitor_failed", error=str(task.exception()))
+        if not self.closed and f is not None:
+            # Ended early (the client half-closed, the server stops): each item went
+            # out as a whole get reply already, and no END follows.
+            f.outcome = GONE if task.cancelled() else MISS
+            f.item = None
+            self.listener.wait_ended(f)
+
+    # --- confirms and aborts ---------------------------------------------------------------
+
+    def confirm(self, name: str, count: int) -> PendingReply | None:
+        """Confirm this session's ``count`` oldest open reads of ``name``.
+
+        Returns the reply to hold until that is durable (None: answer now).
+        Raises :class:`NoOpenRead` when none is open.
+        """
+        reader = self.queues.reader(name, create=False)
+        reads = self.open_reads.get(reader) if reader is not None else None
+        if not reads:
+            raise NoOpenRead(name)
+        confirmed = [reads.popleft() for _ in range(min(count, len(reads)))]
+        if not reads:
+            del self.open_reads[reader]
+        return self._confirm(reader, confirmed)  # type: ignore[arg-type]
+
+    def abort(self, name: str, count: int) -> int:
+        """Give this session's ``count`` oldest open reads of ``name`` back; how many.
+
+        Raises :class:`NoOpenRead` when none is open.
+        """
+        reader = self.queues.reader(name, create=False)
+        reads = self.open_reads.get(reader) if reader is not None else None
+        if not reads:
+            raise NoOpenRead(name)
+        aborted = [reads.popleft() for _ in range(min(count, len(reads)))]
+        if not reads:
+            del self.open_reads[reader]
+        reader.abort(aborted)  # type: ignore[union-attr]
+        return len(aborted)
+
+    def open_count(self, name: str) -> int:
+        """How many reads of ``name`` this session holds open."""
+        reader = self.queues.reader(name, create=False)
+        reads = self.open_reads.get(reader) if reader is not None else None
+        return len(reads) if reads else 0
+
+    def _confirm(self, reader: Reader, reads: list[OpenRead]) -> PendingReply | None:
+        # A reader's confirms of one event-loop tick share one progress batch (it is
+        # written on a later tick), so the reads of one request get one ticket.
+        reply = None
+        for read in reads:
+            ticket = reader.confirm(read)
+            if ticket is None:
+                continue
+            if reply is None or reply.ticket is not ticket:
+                reply = self._hold(ticket, reader)
+            reply.undo_reopens(read)
+        return reply
+
+    def _hold(self, ticket: Any, reader: Reader) -> PendingReply:
+        reply = PendingReply(ticket, CONFIRM, reader)
+        if not ticket.done and self.confirm_ticket is not ticket:
+            self.confirm_ticket = ticket  # one callback per batch, however many replies
+            ticket.add_done_callback(self.ready)
+        return reply
+
+    def reply_failed(self, reply: PendingReply) -> None:
+        """A confirm could not be made durable: everything its request did is put back.
+
+        The confirmed reads are open again (first in line to be confirmed),
+        a read the same request opened goes back to its queue, and a plain
+        get's item goes back to the head.
+        """
+        reader = reply.reader
+        if reader is None:
+            return  # a put: nothing was stored, nothing to undo
+        give_back = reply.give_back
+        if give_back is not None:
+            reads = self.open_reads.get(reader)
+            if reads is not None and give_back in reads:
+                reads.remove(give_back)
+                if not reads:
+                    del self.open_reads[reader]
+                reader.abort([give_back])
+        for read in reversed(reply.reopen):
+            reader.reopen(read)
+            if self.closed:
+                reader.abort([read])
+                continue
+            reads = self.open_reads.get(reader)
+            if reads is None:
+                reads = self.open_reads[reader] = deque()
+            reads.appendleft(read)
+        if reply.taken is not None:
+            reader.return_items([reply.taken])
+
+    def open_read_timed_out(self, read: OpenRead) -> None:
+        """``open_transaction_timeout`` gave ``read`` back to its queue: it leaves this
+        session (a later confirm or close cannot reach it, nor count against the limit)."""
+        reads = self.open_reads.get(read.reader)
+        if reads is not None and read in reads:
+            reads.remove(read)
+            if not reads:
+                del self.open_reads[read.reader]
+
+    # --- queue administration --------------------------------------------------------------
+
+    def delete(self, name: str) -> None:
+        """Delete queue ``name`` (or reader ``q+r``).  Raises :class:`NotWritable`."""
+        self.check_writable()
+        self.queues.delete(name)
+
+    def flush(self, name: str) -> PendingReply | None:
+        """Drop every item of ``name``.  Raises :class:`NotWritable`.
+
+        The flush is a ``READ_HEAD`` jump in the reader's progress file: the
+        reply to hold until it is durable (None: answer now).
+        """
+        self.check_writable()
+        return self._hold_durable(self.queues.flush(name))
+
+    def flush_all(self) -> PendingReply | None:
+        """Drop every item of every queue.  Raises :class:`NotWritable`.
+
+        The reply to hold until every reader's jump is durable (None: answer now).
+        """
+        self.check_writable()
+        return self._hold_durable(self.queues.flush_all())
+
+    def _hold_durable(self, ticket: Any) -> PendingReply | None:
+        # Nothing to undo if it fails (the items are gone from memory): the front end
+        # answers its error line instead of the acknowledgement.
+        if ticket is None or (ticket.done and ticket.error is None):
+            return None
+        return self._hold(ticket, None)
+
+    def flush_expired(self, name: str) -> int:
+        """Drop the expired items of ``name``; how many.  Raises :class:`NotWritable`."""
+        self.check_writable()
+        return self.queues.flush_expired(name)
+
+    def flush_all_expired(self) -> int:
+        """Drop the expired items of every queue; how many.  Raises :class:`NotWritable`."""
+        self.check_writable()
+        return self.queues.flush_all_expired()
+
+    # --- the end ---------------------------------------------------------------------------
+
+    def close(self, client_caused: bool) -> None:
+        """The session ends: its wait ends and every open read goes back, in order.
+
+        ``client_caused``: the client went away (reset, end of input) and
+        replies still pending are lost with the connection; otherwise the
+        front end has already sent every reply it promised.  Idempotent.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        self.no_wait = True
+        waiting = self.waiting
+        if waiting is not None and not waiting.done():
+            waiting.cancel()  # its callback gives a handed-off item back
+        reads, self.open_reads = self.open_reads, {}
+        for reader, queue in reads.items():
+            reader.abort(list(queue))
+
+
+async def _monitor(session: Session, f: Fetch, reader: Reader, seconds: float, limit: int) -> None:
+    loop = session.server.loop
+    deadline = loop.time() + seconds
+    sent = 0
+    while sent < limit and not session.closed:
+        item = reader.take(int(time.time() * 1000))
+        if item is None:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or session.no_wait:
+                break
+            fut = reader.wait(loop, remaining)
+            try:
+                item = await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled() and fut.result() is not None:
+                    reader.return_items([fut.result()])
+                raise
+            if item is None:
+                break
+            if session.closed:
+                reader.return_items([item])
+                break
+        session.monitor_open(f, item)
+        sent += 1

@@ -1,0 +1,174 @@
+"""Unit tests of the queue core's sans-IO parts on a temp folder: BlockingQueue,
+ProgressLog and Reader (memory, read-behind, open reads, flush).  The behaviour on a
+real server is in test_queue_accounts.py and test_queue_model.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from kestreld.config import QueueConfig
+from kestreld.journal import codec
+from kestreld.journal.checkpoint import read_checkpoint
+from kestreld.journal.progress import ProgressLog, rewrite
+from kestreld.journal.writer import WriterJournal
+from kestreld.queues.blocking import PRUNE_AFTER, BlockingQueue
+from kestreld.queues.item import QueueItem
+from kestreld.queues.reader import Reader
+
+NOW = 1_700_000_000_000
+
+
+def _item(id_: int, data: bytes = b"x", expire: int = 0) -> QueueItem:
+    return QueueItem(id_, NOW, expire, 0, data)
+
+
+# --- BlockingQueue ------------------------------------------------------------------------
+
+
+def test_blocking_queue_is_fifo_with_verbs():
+    q = BlockingQueue()
+    q.put(_item(1))
+    q.put(_item(2))
+    q.put_first(_item(0))
+    assert len(q) == 3 and q.peek().id == 0
+    assert [q.poll().id for _ in range(3)] == [0, 1, 2]
+    assert q.poll() is None and not q
+
+
+async def test_hand_off_goes_to_the_oldest_live_waiter():
+    loop = asyncio.get_running_loop()
+    q = BlockingQueue()
+    gone = q.wait(loop, None)
+    gone.cancel()
+    first, second = q.wait(loop, None), q.wait(loop, None)
+    assert q.hand_off(_item(1))
+    assert first.result().id == 1 and not second.done()
+    assert q.live_waiters() == 1
+
+
+async def test_timed_out_waiters_are_pruned_behind_a_long_waiter():
+    loop = asyncio.get_running_loop()
+    q = BlockingQueue()
+    long = q.wait(loop, 600)
+    for _ in range(10 * PRUNE_AFTER):
+        await q.wait(loop, 0)
+    await asyncio.sleep(0)
+    assert len(q.waiters) <= 2 * PRUNE_AFTER + 2
+    assert q.live_waiters() == 1 and not long.done()
+    long.cancel()
+
+
+# --- ProgressLog -------------------------------------------------------------------------
+
+
+async def test_progress_log_appends_confirms_and_jumps(tmp_path):
+    path = str(tmp_path / "q.read.")
+    rewrite(path, 3, [5], sync_folder=False)
+    acked: list[list[int]] = []
+    log = ProgressLog(path, lambda: (3, [5]), lambda ids, batch: acked.append(ids))
+    batch = log.record(4)
+    assert log.write() is batch
+    batch.resolve()
+    assert acked == [[4]]
+    log.jump(9, [7])
+    log.record(10)
+    log.write().resolve()
+    os.close(log.fd)
+    cp = read_checkpoint(path)
+    assert (cp.head, cp.done, cp.held) == (9, {10}, {7})
+
+
+async def test_progress_log_waits_while_a_rewrite_runs(tmp_path):
+    log = ProgressLog(str(tmp_path / "q.read."), lambda: (0, []), lambda ids, batch: None)
+    log.record(1)
+    log.begin_rewrite()
+    assert log.write() is None and log.has_pending
+    log.rewrite_failed()
+    assert log.write() is not None
+    assert log.take_created() and not log.take_created()
+    os.close(log.fd)
+
+
+def test_held_ids_are_released_by_a_later_confirm():
+    data = (
+        codec.encode_checkpoint(2)
+        + codec.encode_read_head(8)
+        + codec.encode_read_done([-3, -5])
+        + codec.encode_read_done([5, 9])
+    )
+    assert codec.decode_progress(data) == (8, {9}, {3}, None)
+    assert codec.decode_checkpoint(data) == (8, {9}, None)
+
+
+def test_a_jump_backwards_is_damage():
+    data = codec.encode_checkpoint(8) + codec.encode_read_head(3)
+    head, _done, problem = codec.decode_checkpoint(data)
+    assert head == 8 and "going back" in problem
+
+
+# --- Reader ------------------------------------------------------------------------------
+
+
+def _journaled_reader(folder: str, **config) -> tuple[WriterJournal, Reader]:
+    cfg = QueueConfig(**config)
+    journal = WriterJournal(folder, "q", max_journal_size=4096, sync_journal=None)
+    journal.open([])
+    return journal, Reader("q", "", cfg, folder, journal)
+
+
+async def _put(journal: WriterJournal, reader: Reader, data: bytes) -> None:
+    id_, seg, offset, batch = journal.put(NOW, data)
+    journal.flush()
+    assert batch.done and batch.error is None
+    reader.offer(QueueItem(id_, NOW, 0, 0, data), seg, offset, NOW)
+
+
+async def test_reader_reads_behind_with_exact_counts(tmp_path):
+    journal, reader = _journaled_reader(str(tmp_path), max_memory_size=1000)
+    for i in range(20):
+        await _put(journal, reader, b"%03d" % i + b"x" * 297)
+    assert reader.rb is not None and len(reader.memory) < 20
+    taken = []
+    for left in range(19, -1, -1):
+        item = reader.take(NOW)
+        taken.append(item.id)
+        assert (reader.items, reader.bytes) == (left, left * 300)
+        assert len(reader.memory) <= reader.items
+    assert taken == list(range(1, 21))
+    assert reader.take(NOW) is None and reader.rb is None
+    journal.close()
+
+
+async def test_open_reads_abort_to_the_head_and_expired_ones_expire(tmp_path):
+    journal, reader = _journaled_reader(str(tmp_path))
+    await _put(journal, reader, b"a")
+    await _put(journal, reader, b"b")
+    read = reader.open(reader.take(NOW))
+    assert (reader.items, len(reader.open_reads)) == (1, 1)
+    reader.abort([read])
+    assert reader.peek(NOW).data == b"a" and reader.canceled_transactions == 1
+    stale = reader.open(reader.take(NOW))
+    stale.item = QueueItem(stale.item.id, NOW, 1, 0, b"a")  # past its expiry
+    reader.abort([stale])
+    assert reader.expired_items == 1 and reader.peek(NOW).data == b"b"
+    journal.close()
+
+
+async def test_flush_with_an_open_read_holds_its_id_only(tmp_path):
+    journal, reader = _journaled_reader(str(tmp_path), max_memory_size=600)
+    for _ in range(30):
+        await _put(journal, reader, b"y" * 100)
+    read = reader.open(reader.take(NOW))
+    ticket = reader.flush()
+    assert (reader.head, reader.held, reader.done) == (30, {1}, set())
+    assert reader.items == 0 and reader.rb is None
+    journal.flush()
+    assert ticket.done and ticket.error is None
+    cp = read_checkpoint(reader.progress.path)
+    assert (cp.head, cp.held) == (30, {1})
+    assert reader.floor() == 0  # the segment of the open read stays
+    reader.confirm(read)
+    journal.flush()
+    assert reader.held == set() and reader.floor() == 0  # until the next rewrite
+    journal.close()
