@@ -1,8 +1,8 @@
-"""kestreld: a Kestrel-compatible message queue server (memcache text protocol)."""
+"""kestreld: a Kestrel-compatible message queue server (memcache text protocol).
 
-from kestreld.compiled import install_finder as _install_finder
+The packages that hold compiled modules (journal, queues, session, protocol) install the
+finder that picks the extension or the plain Python (kestreld.compiled) when they are
+imported; importing kestreld or kestreld.client installs nothing.
+"""
 
 __version__ = "1.0.0"
-
-# Before any hot module is imported: compiled or plain Python (KESTRELD_NO_EXTENSIONS=1).
-_install_finder()

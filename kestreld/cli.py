@@ -8,6 +8,8 @@
     kestreld ping [--host H] [--port N] [--timeout S] [--config FILE]
     kestreld queues [--host H] [--port N] [--config FILE] [--json]
     kestreld move SRC DST [--limit N] [--host H] [--port N] [--config FILE]
+    kestreld passwd NAME [--roles R] [--queues PATTERNS] [--file AUTH_FILE]
+    kestreld convert-config KESTREL_CONFIG.scala > kestreld.conf
 
 Sub-commands import their modules lazily: the server never imports Spark.
 """
@@ -26,9 +28,11 @@ _TOOLS = {
     ("ping",): "kestreld.tools.ping",
     ("queues",): "kestreld.tools.queues_table",
     ("move",): "kestreld.tools.move",
+    ("convert-config",): "kestreld.tools.convert_config",
 }
 
 _TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests, benchmarks and crash soak
+_TOOLS[("passwd",)] = "kestreld.tools.passwd"  # a user's auth file line (auth_file)
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -36,7 +40,8 @@ def _serve_parser() -> argparse.ArgumentParser:
         prog="kestreld",
         description="Kestrel-compatible message queue server (memcache text protocol). "
         "Tools: 'kestreld journal dump', 'kestreld journal import-kestrel2', "
-        "'kestreld analyze', 'kestreld ping', 'kestreld queues', 'kestreld move'.",
+        "'kestreld analyze', 'kestreld ping', 'kestreld queues', 'kestreld move', "
+        "'kestreld convert-config'.",
     )
     p.add_argument("--config", help="TOML config file (default: embedded defaults)")
     p.add_argument(

@@ -19,11 +19,22 @@ import structlog
 from kestreld import __version__
 from kestreld.compiled import implementation, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
+from kestreld.config.model import alias_dump_lines
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
+from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
+from kestreld.security import (
+    Authenticator,
+    AuthFileError,
+    ServerTls,
+    TlsError,
+    TlsFiles,
+    load_auth_file,
+)
+from kestreld.security.tls_stream import TlsStream
 from kestreld.state import (
     ServerStatus,
     StartupError,
@@ -50,7 +61,14 @@ RESTART_KEYS = (
     "default_status",
     "status_file",
     "zookeeper",
+    "tls_verify_client",
+    "tls_handshake_timeout",
 )
+#: The answer, in the clear, to a plaintext client on the TLS port (then it is closed).
+TLS_REQUIRED = b"SERVER_ERROR this port requires TLS\r\n"
+
+#: Security files: their contents reload live; switching one on or off needs a restart.
+SECURITY_FILE_KEYS = ("tls_cert_file", "auth_file")
 
 #: How long a graceful stop waits to leave the server sets before closing the listeners.
 LEAVE_TIMEOUT = 5.0
@@ -90,6 +108,10 @@ class Server:
         self._stopping: asyncio.Event | None = None
         self._stopped = False
         self.metrics = None
+        #: TLS of the memcache listener (tls_cert_file), None without.
+        self.tls: ServerTls | None = None
+        #: The users of auth_file; None: clients need not authenticate (Kestrel's way).
+        self.authenticator: Authenticator | None = None
         #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
         self.latency_observer: Callable[[str, float], None] | None = None
 
@@ -117,10 +139,23 @@ class Server:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
 
+    def _load_security(self) -> None:
+        """TLS context and auth file from the config (raises StartupError naming the file)."""
+        config = self.config
+        try:
+            tls = _tls_files(config)
+            if tls is not None:
+                self.tls = ServerTls(tls, config.tls_handshake_timeout / 1000)
+            if config.auth_file is not None:
+                self.authenticator = Authenticator(load_auth_file(config.auth_file))
+        except (TlsError, AuthFileError) as e:
+            raise StartupError(str(e)) from None
+
     async def start(self) -> None:
         """Lock the folder, rebuild the queues, listen.  Raises StartupError."""
         self.loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._load_security()
         self._lock_folder()
         try:
             status = load_status(self.status_path, ServerStatus(self.config.default_status))
@@ -142,7 +177,7 @@ class Server:
             )
             try:
                 self._server = await self.loop.create_server(
-                    lambda: MemcacheConnection(self, COMMANDS, UNKNOWN),
+                    self._connection,
                     self.config.listen_address,
                     self.config.port,
                     reuse_address=True,
@@ -184,7 +219,21 @@ class Server:
             status=self.status.value,
             version=__version__,
             implementation=implementation(),
+            tls=self.tls is not None,
+            auth=self.authenticator is not None,
         )
+
+    def _connection(self) -> asyncio.Protocol:
+        """A new client connection: locked until it authenticates with an auth file, and
+        TLS between its socket and the memcache protocol when the port is TLS's
+        (kestreld/security/tls_stream.py)."""
+        if self.authenticator is None:
+            conn = MemcacheConnection(self, COMMANDS, UNKNOWN)
+        else:  # nothing runs until it authenticates (kestreld/protocol/auth.py)
+            conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
+        if self.tls is None:
+            return conn
+        return TlsStream(self.tls, conn, TLS_REQUIRED)
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
@@ -286,15 +335,21 @@ class Server:
         return render_dump_stats(self.queues, names)
 
     def render_dump_config(self, names: list[str]) -> bytes:
+        aliases = self.config.aliases
         if not names:
             names = sorted(
-                [q for q in self.queues.queues]
+                [q for q in self.queues.queues if q not in aliases]
                 + [r.full_name for r in self.queues.readers() if r.name]
+                + list(aliases)
             )
         lines = []
         for name in names:
-            lines.append(f"queue '{name}' {{")
-            lines.extend("  " + line for line in dump_lines(self.config.queue(name)))
+            if name in aliases:
+                lines.append(f"alias '{name}' {{")
+                lines.extend("  " + line for line in alias_dump_lines(aliases[name]))
+            else:
+                lines.append(f"queue '{name}' {{")
+                lines.extend("  " + line for line in dump_lines(self.config.queue(name)))
             lines.append("}")
         lines.append("END\r\n")
         return "\r\n".join(lines).encode()
@@ -320,6 +375,10 @@ class Server:
             if getattr(fresh, key) != getattr(self.config, key):
                 needs_restart.append(key)
                 fresh = dataclasses.replace(fresh, **{key: getattr(self.config, key)})
+        fresh, error = self._reload_security(fresh, needs_restart)
+        if error is not None:
+            log.error("config_reload_failed", source=self.config_path, error=error)
+            return f"config not reloaded: {error}", []
         if fresh.log_level != self.config.log_level:
             set_log_level(fresh.log_level)
         self.config = fresh
@@ -329,6 +388,38 @@ class Server:
             log.warning("config_reload_needs_restart", keys=needs_restart)
         log.info("config_reloaded", source=self.config_path, needs_restart=needs_restart)
         return None, needs_restart
+
+    def _reload_security(
+        self, fresh: ServerConfig, needs_restart: list[str]
+    ) -> tuple[ServerConfig, str | None]:
+        """Read the TLS files and the auth file again (renewed certificates, changed users).
+
+        All or nothing: on an error nothing changes and the error is returned.
+        Turning TLS or authentication on or off needs a restart (named, as the
+        restart keys are).
+        """
+        old = self.config
+        for key, group in (
+            ("tls_cert_file", ("tls_cert_file", "tls_key_file", "tls_ca_file")),
+            ("auth_file", ("auth_file",)),
+        ):
+            if (getattr(fresh, key) is None) != (getattr(old, key) is None):
+                needs_restart.append(key)
+                fresh = dataclasses.replace(fresh, **{k: getattr(old, k) for k in group})
+        auth = None
+        if fresh.auth_file is not None:
+            try:
+                auth = load_auth_file(fresh.auth_file)
+            except AuthFileError as e:
+                return fresh, str(e)
+        tls = _tls_files(fresh)
+        if self.tls is not None and tls is not None:
+            error = self.tls.reload(tls)
+            if error is not None:
+                return fresh, error
+        if self.authenticator is not None and auth is not None:
+            self.authenticator.replace(auth)
+        return fresh, None
 
     def reload_on_signal(self) -> None:
         """SIGHUP: reload the config (the daemon convention), never stop."""
@@ -463,6 +554,8 @@ class Server:
             conn.close_now()
         await asyncio.sleep(0)
         self.queues.close()
+        if self.authenticator is not None:
+            self.authenticator.close()
         self.executor.shutdown(wait=True)
         if self.membership is not None:
             await asyncio.to_thread(self.membership.close)
@@ -476,6 +569,14 @@ class Server:
             except OSError:
                 pass
             self._lock_fd = -1
+
+
+def _tls_files(config: ServerConfig) -> TlsFiles | None:
+    if config.tls_cert_file is None or config.tls_key_file is None:
+        return None
+    return TlsFiles(
+        config.tls_cert_file, config.tls_key_file, config.tls_ca_file, config.tls_verify_client
+    )
 
 
 def build_server_config(config_path: str | None, overrides: dict[str, Any]) -> ServerConfig:

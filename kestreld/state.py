@@ -92,6 +92,8 @@ class ServerState(Protocol):
     loop: asyncio.AbstractEventLoop
     #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
     latency_observer: Callable[[str, float], None] | None
+    #: The users of the auth file (kestreld.security.Authenticator); None: no authentication.
+    authenticator: Any
 
     def render_stats(self) -> bytes: ...
 

@@ -136,3 +136,87 @@ def test_every_import_in_the_bench_package_resolves():
                 continue
             for name in names:
                 assert importlib.util.find_spec(name) is not None, f"{path.name}: import {name}"
+
+
+# --- Darner, the C++ peer (optional: CI has no Darner) ------------------------------------------
+
+
+def test_darner_runs_kestrelds_queue_workloads_without_kestrelds_config():
+    from kestreld.bench.workloads import plan
+
+    for spec in (SMALL["put-many"], SMALL["get-drain"], SMALL["flood"]):
+        k, d = plan(spec, "kestreld"), plan(spec, "darner")
+        assert d is not None and k is not None and d.config == ""
+        assert [(r.name, r.kind, r.queue) for r in d.roles] == [
+            (r.name, r.kind, r.queue) for r in k.roles
+        ]
+    assert plan(SMALL["fanout"], "darner") is None  # no fanout queues in Darner
+    assert plan(Spec("put-many", sync_journal=0), "darner") is None  # /sync is per request
+
+
+def test_darner_path_is_none_for_a_missing_binary(tmp_path, monkeypatch):
+    from kestreld.bench.servers import darner_path
+
+    monkeypatch.delenv("DARNER_BIN", raising=False)
+    assert darner_path(None) is None
+    assert darner_path(str(tmp_path / "darner")) is None
+    not_executable = tmp_path / "darner"
+    not_executable.write_text("")
+    assert darner_path(str(not_executable)) is None
+    monkeypatch.setenv("DARNER_BIN", str(tmp_path / "nowhere"))
+    assert darner_path(None) is None
+
+
+@pytest.mark.skipif(memcached_path() is None, reason="memcached is not installed")
+def test_compare_without_a_darner_binary_reports_it_and_measures_the_others(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("DARNER_BIN", raising=False)
+    missing = str(tmp_path / "no-darner")
+    code = bench_cli.main(
+        ["compare", "--quick", "--only", "^set-1k-c1-d1$", "--seconds", "0.3",
+         "--workdir", str(tmp_path), "--darner", missing, "--markdown"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert f"no Darner binary at {missing!r}: measured without Darner" in err
+    assert "on kestreld" in err and "on memcached" in err and "on darner" not in err
+    assert "| set 1 KiB, 1 conn |" in out and "Darner us/op" not in out
+
+
+def test_the_three_way_table_and_the_darner_targets():
+    from kestreld.bench.report import darner_table
+    from kestreld.bench.workloads import Row
+
+    def row(key: str, server: str, us: float) -> Row:
+        return Row(key, key, server, "set", 100, 100, 1.0, 100.0, 1.0, 2.0, 9.0, 1.0, us, 0.5,
+                   10.0, 12.0, 0.1, 1.0, 0.1, 1.0, "1 1 1", "-", 0, [])  # fmt: skip
+
+    rows = [
+        row("set-1k-c100-d1", "kestreld", 6.0),
+        row("set-1k-c100-d1", "darner", 8.0),
+        row("set-1k-c100-d1", "memcached", 5.0),
+        row("set-sync0-1k-c100-d1", "kestreld", 9.0),  # no Darner row: not in the table
+    ]
+    table = darner_table(rows, markdown=True).splitlines()
+    assert len(table) == 3
+    assert table[2].startswith("| set-1k-c100-d1 | 6.00 | 8.00 | 5.00 | 0.75x | 1.20x |")
+    assert "| 10.0 / 10.0 / 10.0 |" in table[2]  # RSS of the three
+    (target,) = [t for t in evaluate(rows) if "Darner" in t.limit]
+    assert target.value == 0.75 and target.met
+
+
+@pytest.mark.skipif(
+    __import__("kestreld.bench.servers", fromlist=["darner_path"]).darner_path() is None,
+    reason="no Darner binary (set DARNER_BIN)",
+)
+@pytest.mark.parametrize("workload", ["put-many", "get-drain", "flood"])
+def test_darner_side_delivers_every_item_once(workload, tmp_path):
+    from kestreld.bench.servers import darner_path
+
+    spec = dataclasses.replace(SMALL[workload], seconds=1.0, size=1024)
+    row = measure(spec, "darner", workdir=str(tmp_path), darner=darner_path())
+    assert row is not None and row.server == "darner"
+    assert row.errors == 0, row.error_samples
+    if workload != "put-many":
+        assert row.check.startswith("exactly once"), row.check

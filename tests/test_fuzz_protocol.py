@@ -38,7 +38,7 @@ from kestreld.journal.files import split_queue_name
 
 # Never generated: they would stop the server or refuse every other client's writes.
 FORBIDDEN = re.compile(rb"shutdown|status|flush_all", re.IGNORECASE)
-LEGAL_FILE = re.compile(r"[A-Za-z0-9_:-]{1,200}\.(\d+|read\.([A-Za-z0-9_:-]{1,200})?)(~~\d+)?")
+LEGAL_FILE = re.compile(r"[!-*,\-0-9:-}]{1,200}\.(\d+|read\.([!-*,\-0-9:-}]{1,200})?)(~~\d+)?")
 REPLY_LINE = re.compile(
     rb"(END|STORED|NOT_STORED|DELETED|ERROR|CLIENT_ERROR .*|SERVER_ERROR .*|STAT \S+ .*|"
     rb"VERSION \S+|Flushed all queues\.|Reloaded config\.|\d+|UP|READONLY|QUIESCENT|"

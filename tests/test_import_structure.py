@@ -55,6 +55,14 @@ FORBIDDEN = {
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
     "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server", "kazoo"],
+    # Who may connect and do what: beside the queues, below every front end.
+    "kestreld.security": [
+        "kestreld.protocol",
+        "kestreld.server",
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.stats",
+    ],
     # Cluster membership (ZooKeeper server sets) sits beside the server: the server hands
     # it endpoints and statuses; the member codec is shared with the client without kazoo.
     "kestreld.cluster.membership": [
@@ -146,6 +154,9 @@ DIRECT_FORBIDDEN = [
     ("kestreld.cluster", "kestreld.client"),
     ("kestreld.client", "kestreld.server"),
     ("kestreld.client", "kestreld.protocol"),
+    ("kestreld.security", "kestreld.protocol"),
+    ("kestreld.security", "kestreld.server"),
+    ("kestreld.security", "kestreld.queues"),
 ]
 
 

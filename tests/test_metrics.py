@@ -142,7 +142,7 @@ def test_every_stats_key_has_a_metric(metrics_server):
     samples = scrape(metrics_server)
     per_queue = [k for k in stats if k.startswith("queue_metrics_every_")]
     labelled = [name for name, values in samples.items() if (("queue", "metrics_every"),) in values]
-    assert len(labelled) == len(per_queue) == 17
+    assert len(labelled) == len(per_queue) == 18
     for key in stats:
         if key.startswith("queue_") and key not in GLOBAL_METRICS:
             continue

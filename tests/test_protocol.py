@@ -328,7 +328,7 @@ def test_set_to_fanout_reader_is_client_error(conn, qname):
         "..",
         "x" * 201,
         "caf\u00e9",
-        "a\\b",
+        "q\x7f",
         "/etc/passwd",
     ],
 )
@@ -382,7 +382,7 @@ def test_stats_per_queue_keys_in_reference_order(conn, qname):
         == (
             "items bytes total_items logsize expired_items mem_items mem_bytes age discarded waiters "
             "open_transactions transactions canceled_transactions total_flushes journal_rewrites "
-            "journal_rotations oldest_item_age"
+            "journal_rotations punted_items oldest_item_age"
         ).split()
     )
 
@@ -435,7 +435,8 @@ def test_dump_config_shows_every_key_for_a_name_that_is_not_a_queue(conn):
         == (
             "max_items max_size max_item_size max_age discard_old_when_full journal sync_journal "
             "max_journal_size max_memory_size expire_to_queue max_expire_sweep fanout_only "
-            "max_queue_age open_transaction_timeout"
+            "max_queue_age open_transaction_timeout punt_error_to_queue "
+            "punt_many_errors_to_queue punt_many_errors_count"
         ).split()
     )
     assert b"  max_item_size=16777216" in lines

@@ -180,7 +180,7 @@ def test_an_unreachable_source_exits_1_and_bad_arguments_2(make_server):
     assert move("q", "q+reader", "--port", str(proc.port)).returncode == 2  # puts go to queues
     result = move("q+reader", "q", "--port", str(proc.port))
     assert result.returncode == 2 and "without end" in result.stderr  # it would feed itself
-    result = move("bad*name", "q", "--port", str(proc.port))
+    result = move("bad.name", "q", "--port", str(proc.port))
     assert result.returncode == 2 and "illegal queue name" in result.stderr
     assert move("q", "r", "--limit", "-1").returncode == 2
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shlex
 import sys
@@ -260,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="the whole matrix against kestreld and memcached, with the targets",
         description="Runs every workload of the matrix against a fresh kestreld and a fresh "
-        "memcached, one after the other, and prints the side-by-side table, the "
-        "kestreld/memcached ratios and the issue-7 targets.",
+        "memcached (and a fresh Darner with --darner), one after the other, and prints the "
+        "side-by-side table, the kestreld/memcached (and kestreld/Darner) ratios and the targets.",
     )
     p.add_argument(
         "--quick", action="store_true", help="a small matrix (1 KiB; 1 and 100 conns), 1.5 s rows"
@@ -283,6 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--markdown-file", metavar="FILE", help="write the tables and machine as Markdown"
+    )
+    p.add_argument(
+        "--darner",
+        metavar="PATH",
+        default=None,
+        help="also run Darner (C++ peer speaking Kestrel's protocol) in the same rounds, on the "
+        "set, get and flood rows (default: $DARNER_BIN; without a binary, the run goes on without it)",
     )
     common(p, servers=False)
 
@@ -380,9 +388,10 @@ def run_rows(
                 workdir=args.workdir,
                 memcached_threads=args.memcached_threads,
                 profiler_factory=profile[1] if profile else None,
+                darner=getattr(args, "darner_bin", None),
             )
             if row is None:
-                log("    (no memcached analog)")
+                log(f"    (no {server} analog)")
                 continue
             rows.append(row)
             log(
@@ -478,13 +487,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for s in specs:
             print(f"{s.key:32} {s.describe()}")
         return 0
-    from kestreld.bench.servers import ensure_memcached
+    from kestreld.bench.servers import darner_path, ensure_memcached
 
     ensure_memcached()
+    servers = ["kestreld", "memcached"]
+    args.darner_bin = darner_path(args.darner)
+    wanted = args.darner if args.darner is not None else os.environ.get("DARNER_BIN", "")
+    if args.darner_bin:
+        servers.insert(1, "darner")
+    elif wanted:
+        log(f"compare: no Darner binary at {wanted!r}: measured without Darner")
     machine = machine_description()
+    machine["darner"] = args.darner_bin or "not measured"
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    log(f"compare: {len(specs)} workloads x 2 servers; machine {machine}")
-    runs = run_rows(specs, ["kestreld", "memcached"], args, repeat=args.repeat)
+    log(f"compare: {len(specs)} workloads x {len(servers)} servers; machine {machine}")
+    runs = run_rows(specs, servers, args, repeat=args.repeat)
     rows = median_rows(runs)
     backlog = None
     if args.backlog:
@@ -495,6 +512,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     command = "kestreld bench " + " ".join(shlex.quote(a) for a in args.argv)
     print()
     print(report.compare_table(rows, args.markdown))
+    if report.has_darner(rows):
+        print()
+        print(report.darner_table(rows, args.markdown))
     if backlog:
         print()
         for k, v in backlog_lines(backlog):
@@ -511,6 +531,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             report.compare_table(rows, True),
             "",
         ]
+        if report.has_darner(rows):
+            md += [report.darner_table(rows, True), ""]
         if backlog:
             md += [
                 report.markdown_table(

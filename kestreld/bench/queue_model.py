@@ -322,6 +322,7 @@ class QueueModel(RuleBasedStateMachine):
                 "open_transactions": get("open_transactions"),
                 "discarded": get("discarded"),
                 "expired_items": get("expired_items"),
+                "punted_items": get("punted_items"),
             }
             want = {
                 "items": len(reader.items),
@@ -329,6 +330,7 @@ class QueueModel(RuleBasedStateMachine):
                 "open_transactions": self._open_count(name),
                 "discarded": reader.discarded,
                 "expired_items": reader.expired,
+                "punted_items": 0,  # punting is off: an abort never moves an item
             }
             assert got == want, (name, got, want, self.history[-30:])
             assert 0 <= get("mem_items") <= got["items"], (name, get("mem_items"), got)

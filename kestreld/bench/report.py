@@ -160,6 +160,93 @@ def compare_table(rows: list[Row], markdown: bool = False) -> str:
     )
 
 
+# --- three servers: kestreld, Darner, memcached -----------------------------------------------------
+
+DARNER_COLUMNS = (
+    "workload",
+    "kestreld us/op",
+    "Darner us/op",
+    "memcached us/op",
+    "CPU/op k/Darner",
+    "CPU/op k/m",
+    "ops/s k / Darner / m",
+    "p99 ms k / Darner / m",
+    "RSS MiB k / Darner / m",
+    "check k / Darner",
+)
+
+
+def has_darner(rows: list[Row]) -> bool:
+    return any(r.server == "darner" for r in rows)
+
+
+def darner_table(rows: list[Row], markdown: bool = False) -> str:
+    """Server CPU per operation of the three servers, the rows Darner ran (same load generator,
+    same rounds); the ratios are what holds on a busy machine."""
+    order: list[str] = []
+    by: dict[tuple[str, str], Row] = {}
+    for r in rows:
+        if r.key not in order:
+            order.append(r.key)
+        by[(r.key, r.server)] = r
+    dash = "-"
+    cells = []
+    for key in order:
+        k, d, m = (by.get((key, s)) for s in ("kestreld", "darner", "memcached"))
+        if d is None:
+            continue
+        three = (k, d, m)
+        cells.append(
+            [
+                d.description + (f" ({m.note})" if m and m.note else ""),
+                _cpu(k) if k else dash,
+                _cpu(d),
+                _cpu(m) if m else dash,
+                _ratio(k.server_us, d.server_us) if k else dash,
+                _ratio(k.server_us, m.server_us) if k and m else dash,
+                " / ".join(_n(r.rate) if r else dash for r in three),
+                " / ".join(_n(r.p99_ms) if r else dash for r in three),
+                " / ".join(f"{r.rss_mib:.1f}" if r else dash for r in three),
+                f"{k.check if k else dash} / {d.check}"
+                + (f"; Darner {d.errors} errors: {d.error_samples[:2]}" if d.errors else ""),
+            ]
+        )
+    return markdown_table(DARNER_COLUMNS, cells) if markdown else text_table(DARNER_COLUMNS, cells)
+
+
+#: issue 28: kestreld's server CPU per item at or below Darner's, on these rows.
+DARNER_ROWS = (
+    ("set-1k-c100-d1", "set, 100 conns"),
+    ("get-1k-c100-d1", "get, 100 conns"),
+    ("reliable-1k-p50c50-d1", "open/close loop, 50+50 conns"),
+    ("set-1k-c1-d1", "set, 1 conn"),
+    ("get-1k-c1-d1", "get, 1 conn"),
+    ("reliable-1k-p1c1-d1", "open/close loop, 1+1 conns"),
+)
+
+
+def darner_targets(rows: list[Row]) -> list[Target]:
+    by = {(r.key, r.server): r for r in rows}
+    out = []
+    for key, what in DARNER_ROWS:
+        k, d = by.get((key, "kestreld")), by.get((key, "darner"))
+        if d is None:
+            continue
+        out.append(
+            Target(
+                f"server CPU per item, {what}, 1 KiB",
+                f"{k.server_us:.1f} us vs Darner {d.server_us:.1f} us = "
+                f"{k.server_us / d.server_us:.2f}x"
+                if k and d.server_us
+                else "-",
+                "<= 1x Darner",
+                k.server_us / d.server_us if k and d.server_us else None,
+                1.0,
+            )
+        )
+    return out
+
+
 # --- targets -----------------------------------------------------------------------------------------
 
 
@@ -262,6 +349,7 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
             higher_is_better=True,
         )
     )
+    out += darner_targets(rows)
     if backlog:
         out.append(
             Target(

@@ -1,6 +1,6 @@
-"""The servers under test (kestreld and memcached) and what /proc says about them.
+"""The servers under test (kestreld, memcached, Darner) and what /proc says about them.
 
-Both servers listen on a free loopback port, in a fresh state, and are
+Every server listens on a free loopback port, in a fresh state, and are
 stopped by pid when the caller is done with them.  CPU figures come from
 ``/proc/<pid>/stat`` (utime + stime of the whole thread group), memory from
 ``/proc/<pid>/status``; the machine's own load from ``/proc/stat`` and
@@ -213,6 +213,64 @@ class MemcachedServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+# --- Darner ----------------------------------------------------------------------------------------
+
+
+def darner_path(given: str | None = None) -> str | None:
+    """The Darner binary named by ``given`` (or ``$DARNER_BIN``), when it is an executable file.
+
+    Darner (C++, boost asio + leveldb) speaks Kestrel's memcache protocol; it is
+    an optional peer, built from its public source by whoever runs the benchmark.
+    """
+    path = given if given is not None else os.environ.get("DARNER_BIN", "")
+    if not path:
+        return None
+    found = shutil.which(path) if os.sep not in path else path
+    return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None
+
+
+class DarnerServer:
+    """Darner on a fresh data folder (``darner -p PORT -d DATA_DIR``), removed on stop."""
+
+    name = "darner"
+
+    def __init__(self, binary: str, *, workdir: str | None = None) -> None:
+        self.binary = binary
+        self.folder = tempfile.mkdtemp(prefix="darner-bench-", dir=workdir)
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self) -> DarnerServer:
+        self.port = free_port()
+        cmd = [self.binary, "-p", str(self.port), "-d", self.folder]
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            wait_for_port(self.port)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class KestreldServer:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from kestreld.bench import load as bench_load
 from kestreld.bench.load import Role
 from kestreld.bench.servers import (
+    DarnerServer,
     KestreldServer,
     MachineSample,
     MemcachedServer,
@@ -111,8 +112,19 @@ class Plan:
     note: str = ""
 
 
+#: What Darner runs: the queue workloads it shares with kestreld (it has no fanout queues, and its
+#: ``/sync`` is per request where ``sync_journal`` is per queue, so those rows are kestreld's only).
+DARNER_WORKLOADS = ("put-many", "get-drain", "flood")
+
+
 def plan(spec: Spec, server: str) -> Plan | None:
-    """The roles for ``server`` ("kestreld" or "memcached"); None when there is no analog."""
+    """The roles for ``server`` ("kestreld", "memcached" or "darner"); None when there is no
+    analog.  Darner speaks Kestrel's protocol, so its roles are kestreld's, without the config."""
+    if server == "darner":
+        if spec.workload not in DARNER_WORKLOADS or spec.sync_journal is not None:
+            return None
+        p = plan(spec, "kestreld")
+        return dataclasses.replace(p, config="") if p is not None else None
     mc = server == "memcached"
     n, size, depth = spec.items, spec.size, spec.depth
     config = f"sync_journal = {spec.sync_journal}\n" if spec.sync_journal is not None else ""
@@ -349,10 +361,19 @@ def send_commands(port: int, commands: list[bytes]) -> None:
 
 
 def start_server(
-    server: str, config: str = "", *, workdir: str | None = None, memcached_threads=None
+    server: str,
+    config: str = "",
+    *,
+    workdir: str | None = None,
+    memcached_threads=None,
+    darner: str | None = None,
 ):
     if server == "memcached":
         return MemcachedServer(threads=memcached_threads).start()
+    if server == "darner":
+        if darner is None:
+            raise ValueError("no Darner binary given")
+        return DarnerServer(darner, workdir=workdir).start()
     return KestreldServer(config, workdir=workdir).start()
 
 
@@ -363,8 +384,10 @@ def measure(
     workdir: str | None = None,
     memcached_threads: int | None = None,
     profiler_factory=None,
+    darner: str | None = None,
 ) -> Row | None:
-    """Run ``spec`` against a fresh ``server``; None when memcached has no analog."""
+    """Run ``spec`` against a fresh ``server``; None when it has no analog of the workload.
+    ``darner`` is the Darner binary, for ``server="darner"``."""
     p = plan(spec, server)
     if p is None:
         return None
@@ -374,7 +397,13 @@ def measure(
     try:
         for _ in range(count):
             servers.append(
-                start_server(server, p.config, workdir=workdir, memcached_threads=memcached_threads)
+                start_server(
+                    server,
+                    p.config,
+                    workdir=workdir,
+                    memcached_threads=memcached_threads,
+                    darner=darner,
+                )
             )
         ports = [srv.port for srv in servers]
         pids = [srv.pid for srv in servers]

@@ -17,6 +17,7 @@ from kestreld.client.async_client import AsyncClient
 from kestreld.client.cluster import ServerState
 from kestreld.client.discovery import Discovery
 from kestreld.client.errors import (
+    AuthenticationFailed,
     ClientError,
     CommandError,
     ConnectionFailed,
@@ -33,6 +34,7 @@ from kestreld.client.sync_client import Client
 __all__ = [
     "AsyncClient",
     "AsyncReliableReads",
+    "AuthenticationFailed",
     "Client",
     "ClientError",
     "CommandError",

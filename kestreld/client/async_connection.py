@@ -10,6 +10,7 @@ comes out as :class:`ConnectionFailed`.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -22,7 +23,14 @@ from kestreld.client.errors import (
     ProtocolViolation,
     ServerError,
 )
-from kestreld.client.wire import error_for, set_request, store_result, value_size
+from kestreld.client.wire import (
+    auth_request,
+    auth_result,
+    error_for,
+    set_request,
+    store_result,
+    value_size,
+)
 
 T = TypeVar("T")
 
@@ -31,15 +39,29 @@ class AsyncConnection:
     """One connection; one request at a time (the pool sees to that).
 
     Not connected until the first request; reconnects by itself after a
-    failure (a reconnected socket holds none of the old open reads).
+    failure (a reconnected socket holds none of the old open reads).  With
+    ``username`` and ``password`` every socket authenticates first; ``tls``
+    is the client's TLS context.
     """
 
-    def __init__(self, host: str, port: int, *, connect_timeout: float, timeout: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        connect_timeout: float,
+        timeout: float,
+        username: str | None = None,
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.connect_timeout = connect_timeout
         self.timeout = timeout
+        self.tls = tls
+        self.auth = auth_request(username, password or "") if username is not None else None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -134,8 +156,20 @@ class AsyncConnection:
     async def _connect(self) -> None:
         try:
             async with asyncio.timeout(self.connect_timeout):
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                self._reader, self._writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self.tls,
+                    server_hostname=self.host if self.tls is not None else None,
+                )
+                if self.auth is not None:
+                    self._writer.write(self.auth)
+                    auth_result(await self._line(self._reader), self.address)
+        except KestrelError:
+            self.close()
+            raise
         except (OSError, TimeoutError) as e:
+            self.close()
             raise ConnectionFailed(str(e) or type(e).__name__, self.address) from None
 
     async def _exchange(

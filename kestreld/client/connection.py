@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -40,7 +41,7 @@ from kestreld.client.errors import (
     ProtocolViolation,
     ServerError,
 )
-from kestreld.client.wire import error_for, set_request, store_result
+from kestreld.client.wire import auth_request, auth_result, error_for, set_request, store_result
 
 T = TypeVar("T")
 
@@ -87,23 +88,62 @@ class SocketReader:
             lines.append(line)
 
 
+class _AuthenticatingClient(PymemcacheClient):
+    """pymemcache's client, authenticating every socket it opens (reconnects too)."""
+
+    def __init__(self, *args, auth: bytes | None, address: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.auth = auth
+        self.address = address
+
+    def _connect(self) -> None:
+        super()._connect()
+        if self.auth is None:
+            return
+        sock = self.sock
+        assert sock is not None
+        try:
+            sock.sendall(self.auth)
+            line = SocketReader(sock, self.address).line()
+            auth_result(line, self.address)
+        except BaseException:
+            self.close()
+            raise
+
+
 class Connection:
     """One socket to one server; one request at a time (the pool sees to that).
 
     Not connected until the first request; reconnects by itself after a
-    failure (a reconnected socket holds none of the old open reads).
+    failure (a reconnected socket holds none of the old open reads).  With
+    ``username`` and ``password`` every socket authenticates first
+    (memcached's auth ``set``); ``tls`` is the client's TLS context.
     """
 
-    def __init__(self, host: str, port: int, *, connect_timeout: float, timeout: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        connect_timeout: float,
+        timeout: float,
+        username: str | None = None,
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.timeout = timeout
-        self.memcache = PymemcacheClient(
+        auth = auth_request(username, password or "") if username is not None else None
+        self.memcache = _AuthenticatingClient(
             (host, port),
             connect_timeout=connect_timeout,
             timeout=timeout,
             no_delay=True,
             default_noreply=False,
             allow_unicode_keys=False,
+            tls_context=tls,
+            auth=auth,
+            address=self.address,
         )
 
     # --- pymemcache -------------------------------------------------------------------

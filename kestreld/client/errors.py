@@ -18,6 +18,11 @@ class ClientError(KestrelError):
     """``CLIENT_ERROR <reason>``: the server refused a malformed request.  Not retried."""
 
 
+class AuthenticationFailed(ClientError):
+    """The server refused the client's ``username``/``password`` (auth_file).  Not retried:
+    the connection is closed, and the next request authenticates afresh."""
+
+
 class ServerError(KestrelError):
     """``SERVER_ERROR <reason>``: e.g. the server is read-only or quiescent, or its journal failed."""
 

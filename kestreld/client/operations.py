@@ -16,6 +16,7 @@ and ``time.sleep``, :class:`~kestreld.client.AsyncClient` with ``await`` and
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -76,7 +77,9 @@ class ClusterOperations(Generic[C]):
     """The cluster, its connection pools and every operation on them.
 
     A client sets :attr:`connection` to its connection class (made with
-    ``(host, port, connect_timeout=..., timeout=...)``).
+    ``(host, port, connect_timeout=..., timeout=..., username=..., password=..., tls=...)``).
+    ``username`` and ``password``: every connection authenticates with them (a server
+    with an ``auth_file``); ``tls``: an :class:`ssl.SSLContext` for servers on TLS.
     """
 
     connection: Callable[..., C]
@@ -93,6 +96,9 @@ class ClusterOperations(Generic[C]):
         max_down_period: float = 60.0,
         poll_interval: float = 0.25,
         max_idle_connections: int = 8,
+        username: str | None = None,
+        password: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if sum(x is not None for x in (servers, zookeeper, discovery)) > 1:
             raise ValueError("give servers, zookeeper or discovery, not several")
@@ -121,6 +127,9 @@ class ClusterOperations(Generic[C]):
         self._connect_timeout = connect_timeout
         self._timeout = timeout
         self._max_idle = max_idle_connections
+        self._username = username
+        self._password = password
+        self._tls = tls
         self._pools: dict[str, ConnectionPool[C]] = {}
         self._pools_lock = threading.Lock()
         if discovery is not None:
@@ -141,6 +150,9 @@ class ClusterOperations(Generic[C]):
                         state.port,
                         connect_timeout=self._connect_timeout,
                         timeout=self._timeout,
+                        username=self._username,
+                        password=self._password,
+                        tls=self._tls,
                     )
                     pool = self._pools[state.address] = ConnectionPool(factory, self._max_idle)
         return pool

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from kestreld.client.errors import (
+    AuthenticationFailed,
     ClientError,
     CommandError,
     KestrelError,
     ProtocolViolation,
     ServerError,
 )
-from kestreld.journal.files import split_queue_name
+from kestreld.names import split_queue_name
 
 #: memcache's key limit, which pymemcache enforces.
 MAX_KEY_LENGTH = 250
@@ -39,13 +40,14 @@ Expiry = float | int | timedelta | None
 def check_queue_name(name: str, *, writable: bool = False) -> str:
     """``name`` if the server would accept it, else ValueError.
 
-    Legal names are ``[A-Za-z0-9_:-]{1,200}``, optionally ``queue+reader``
-    for a fanout reader.  ``writable`` refuses reader names: items are put to
+    Legal names are 1-200 printable ASCII characters without ``/ . ~ +`` or
+    spaces, optionally ``queue+reader`` for a fanout reader (see kestreld.names).  ``writable`` refuses reader names: items are put to
     the queue, and every reader sees them.
     """
     if not isinstance(name, str) or split_queue_name(name) is None:
         raise ValueError(
-            f"illegal queue name {name!r}: use 1-200 of [A-Za-z0-9_:-], or queue+reader"
+            f"illegal queue name {name!r}: use 1-200 printable ASCII characters "
+            "without '/', '.', '~', '+' or spaces, or queue+reader"
         )
     if writable and "+" in name:
         raise ValueError(f"cannot put to the fanout reader {name!r}: put to the queue")
@@ -143,6 +145,26 @@ def check_status(status: str) -> str:
 def set_request(queue: str, data: bytes, expire: int) -> bytes:
     """One complete ``set`` request, data block included."""
     return b"set %s 0 %d %d\r\n%s\r\n" % (queue.encode("ascii"), expire, len(data), data)
+
+
+#: The key of the authentication ``set`` (any key does; nothing is stored under it).
+AUTH_KEY = b"auth"
+
+
+def auth_request(username: str, password: str) -> bytes:
+    """memcached's authentication (``-Y``): a ``set`` whose data is ``<user> <password>``."""
+    if not username or not password or any(c in username + password for c in " \r\n"):
+        raise ValueError("username and password: non-empty, without spaces or line breaks")
+    token = f"{username} {password}".encode()
+    return b"set %s 0 0 %d\r\n%s\r\n" % (AUTH_KEY, len(token), token)
+
+
+def auth_result(line: bytes, server: str) -> None:
+    """Raise unless ``line`` (the reply to :func:`auth_request`) is ``STORED``."""
+    if line == b"STORED":
+        return
+    reason = line.removeprefix(b"CLIENT_ERROR ").decode("utf-8", "replace")
+    raise AuthenticationFailed(f"{server}: {reason}")
 
 
 def error_for(line: bytes) -> KestrelError | None:

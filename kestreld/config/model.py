@@ -16,6 +16,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from kestreld.config.kestrel import hint as kestrel_hint
 from kestreld.names import split_queue_name
 
 KiB = 1024
@@ -133,6 +134,17 @@ class QueueConfig:
     fanout_only: bool = False
     max_queue_age: int | None = None  # ms
     open_transaction_timeout: int | None = None  # ms
+    # Error queues (Kestrel 3.0's puntErrorToQueue, puntManyErrorsToQueue, puntManyErrorsCount).
+    punt_error_to_queue: str | None = None
+    punt_many_errors_to_queue: str | None = None
+    punt_many_errors_count: int = 100
+
+    def punt_target(self, error_count: int) -> str | None:
+        """Where an aborted item with this error count goes (Kestrel 3.0's rule); None = head."""
+        many = self.punt_many_errors_to_queue
+        if many and error_count >= self.punt_many_errors_count:
+            return many
+        return self.punt_error_to_queue
 
 
 #: Per-queue keys in dump_config order, with their kind.
@@ -151,6 +163,9 @@ QUEUE_KEYS: dict[str, str] = {
     "fanout_only": _BOOL,
     "max_queue_age": _DURATION,
     "open_transaction_timeout": _DURATION,
+    "punt_error_to_queue": _QUEUE,
+    "punt_many_errors_to_queue": _QUEUE,
+    "punt_many_errors_count": _INT,
 }
 _DURATION_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _DURATION}
 _SIZE_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _SIZE}
@@ -285,8 +300,18 @@ class ServerConfig:
     connection_limit_refuse_writes: int | None = None  # above this many connections
     connection_limit_refuse_reads: int | None = None
     zookeeper: ZooKeeperConfig | None = None  # [zookeeper]: join the server sets
+    # --- security (docs/operations.md, Security) ---
+    tls_cert_file: str | None = None  # TLS on the memcache port when set (with tls_key_file)
+    tls_key_file: str | None = None
+    tls_ca_file: str | None = None  # CA of client certificates
+    tls_verify_client: bool = False  # mutual TLS: a client certificate signed by tls_ca_file
+    tls_handshake_timeout: int = 10_000  # ms a client has to finish its handshake
+    auth_file: str | None = None  # users and roles; set: every client must authenticate
+    max_queues: int | None = None  # queues clients may make exist; None = unlimited
+    create_queue_on_get: bool = True  # a fetch from an unknown queue creates it (Kestrel)
     default_queue: QueueConfig = field(default_factory=QueueConfig)
     queues: dict[str, QueueConfig] = field(default_factory=dict)  # explicit [queues.X] tables
+    aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # [aliases.X] destinations
     source: str | None = None  # the file this was read from
 
     def queue(self, name: str) -> QueueConfig:
@@ -298,6 +323,10 @@ class ServerConfig:
         if parent != name:
             return self.queues.get(parent, self.default_queue)
         return self.default_queue
+
+    def masked_queues(self) -> list[str]:
+        """Configured queues hidden by an alias of the same name (Kestrel warned, then masked)."""
+        return sorted(name for name in self.aliases if name in self.queues)
 
     def configured_readers(self) -> list[str]:
         """Fanout readers named in the config (``q+r`` tables): they exist from start-up."""
@@ -324,6 +353,15 @@ SERVER_KEYS: dict[str, str] = {
     "status_change_grace_period": _DURATION,
     "connection_limit_refuse_writes": _INT,
     "connection_limit_refuse_reads": _INT,
+    # security
+    "tls_cert_file": _STR,
+    "tls_key_file": _STR,
+    "tls_ca_file": _STR,
+    "tls_verify_client": _BOOL,
+    "tls_handshake_timeout": _DURATION,
+    "auth_file": _STR,
+    "max_queues": _INT,
+    "create_queue_on_get": _BOOL,
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
@@ -333,7 +371,7 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
     for key, raw in table.items():
         kind = QUEUE_KEYS.get(key)
         if kind is None:
-            raise ConfigError(f"{where}{key}: unknown queue setting")
+            raise ConfigError(f"{where}{key}: unknown queue setting{_kestrel_hint(key)}")
         if raw is None:
             out[key] = None
             continue
@@ -350,7 +388,33 @@ def _queue_values(where: str, table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _kestrel_hint(key: str) -> str:
+    """`` (Kestrel's maxItems is max_items in kestreld)`` for a Kestrel key name, else ""."""
+    said = kestrel_hint(key)
+    return f" ({said})" if said else ""
+
+
+def _check_punt_targets(where: str, name: str, values: dict[str, Any]) -> None:
+    """A table's own punt keys must name another queue.
+
+    An inherited default may name the queue itself: that queue keeps its
+    aborted items (see QueueCollection), as it would without the key.
+    """
+    own = name.partition("+")[0]
+    for key in ("punt_error_to_queue", "punt_many_errors_to_queue"):
+        target = values.get(key)
+        if target is not None and target.partition("+")[0] == own:
+            raise ConfigError(
+                f"{where}{key}: {target!r} is the queue itself; an aborted item would "
+                "never leave it"
+            )
+
+
 def _check_queue(where: str, cfg: QueueConfig) -> None:
+    if cfg.punt_many_errors_count < 1:
+        raise ConfigError(
+            f"{where}punt_many_errors_count: must be at least 1 (got {cfg.punt_many_errors_count})"
+        )
     if cfg.max_journal_size < 4 * KiB:
         raise ConfigError(
             f"{where}max_journal_size: must be at least 4KiB (got {cfg.max_journal_size})"
@@ -359,11 +423,26 @@ def _check_queue(where: str, cfg: QueueConfig) -> None:
         raise ConfigError(f"{where}max_item_size: at most 16MiB, the journal's record limit")
 
 
+def _check_security(server: dict[str, Any]) -> None:
+    cert, key = server.get("tls_cert_file"), server.get("tls_key_file")
+    if (cert is None) != (key is None):
+        raise ConfigError("tls_cert_file and tls_key_file: set both (or neither)")
+    if cert is None and (server.get("tls_ca_file") or server.get("tls_verify_client")):
+        raise ConfigError("tls_ca_file, tls_verify_client: need tls_cert_file and tls_key_file")
+    if server.get("tls_verify_client") and not server.get("tls_ca_file"):
+        raise ConfigError("tls_verify_client: needs tls_ca_file (the CA of client certificates)")
+    if server.get("tls_handshake_timeout") == 0:
+        raise ConfigError("tls_handshake_timeout: must be more than 0")
+    if server.get("max_queues") == 0:
+        raise ConfigError("max_queues: must be at least 1 (leave it unset for no limit)")
+
+
 def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig:
     """Validate a parsed TOML document into a ServerConfig (raises ConfigError)."""
     server: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
     tables: dict[str, Any] = {}
+    alias_tables: dict[str, Any] = {}
     for key, raw in doc.items():
         if key == "queues":
             if not isinstance(raw, dict):
@@ -371,12 +450,16 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
             tables = raw
         elif key == "zookeeper":
             server["zookeeper"] = _zookeeper_config(raw)
+        elif key == "aliases":
+            if not isinstance(raw, dict):
+                raise ConfigError("aliases: expected tables like [aliases.NAME]")
+            alias_tables = raw
         elif key in SERVER_KEYS:
             server[key] = None if raw is None else _PARSERS[SERVER_KEYS[key]](key, raw)
         elif key in QUEUE_KEYS:
             defaults.update(_queue_values("", {key: raw}))
         else:
-            raise ConfigError(f"{key}: unknown setting")
+            raise ConfigError(f"{key}: unknown setting{_kestrel_hint(key)}")
     if "log_level" in server and server["log_level"].lower() not in _LOG_LEVELS:
         raise ConfigError(f"log_level: expected one of {', '.join(_LOG_LEVELS)}")
     if "log_format" in server and server["log_format"] not in ("console", "json"):
@@ -389,6 +472,7 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         server["default_status"] = server["default_status"].upper()
         if server["default_status"] not in STATUSES:
             raise ConfigError(f"default_status: expected one of {', '.join(STATUSES)}")
+    _check_security(server)
 
     default_queue = QueueConfig(**defaults)
     _check_queue("", default_queue)
@@ -401,10 +485,59 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         if not isinstance(table, dict):
             raise ConfigError(f"queues.{name}: expected a table")
         base = queues.get(name.partition("+")[0], default_queue) if "+" in name else default_queue
-        cfg = dataclasses.replace(base, **_queue_values(f"queues.{name}.", table))
+        values = _queue_values(f"queues.{name}.", table)
+        cfg = dataclasses.replace(base, **values)
         _check_queue(f"queues.{name}.", cfg)
+        _check_punt_targets(f"queues.{name}.", name, values)
         queues[name] = cfg
-    return ServerConfig(**server, default_queue=default_queue, queues=queues, source=source)
+    aliases = _aliases(alias_tables)
+    return ServerConfig(
+        **server, default_queue=default_queue, queues=queues, aliases=aliases, source=source
+    )
+
+
+#: Keys of an ``[aliases.NAME]`` table.
+ALIAS_KEYS = ("destination_queues",)
+
+
+def _aliases(tables: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``[aliases.NAME] destination_queues = [...]`` tables, validated against each other."""
+    aliases: dict[str, tuple[str, ...]] = {}
+    for name, table in tables.items():
+        where = f"aliases.{name}"
+        if split_queue_name(name) is None or "+" in name:
+            raise ConfigError(f"{where}: illegal alias name (a queue name, without '+')")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table with destination_queues = [...]")
+        for key in table:
+            if key not in ALIAS_KEYS:
+                hint = " (did you mean destination_queues?)" if "dest" in key.lower() else ""
+                raise ConfigError(f"{where}.{key}: unknown alias setting{hint}")
+        raw = table.get("destination_queues")
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(
+                f"{where}.destination_queues: expected a non-empty list of queue names"
+            )
+        destinations = []
+        for dest in raw:
+            if not isinstance(dest, str) or split_queue_name(dest) is None or "+" in dest:
+                raise ConfigError(
+                    f"{where}.destination_queues: {dest!r} is not a legal queue name "
+                    "(a queue, not a fanout reader: puts go to queues)"
+                )
+            if dest == name:
+                raise ConfigError(f"{where}.destination_queues: the alias points at itself")
+            if dest not in destinations:
+                destinations.append(dest)
+        aliases[name] = tuple(destinations)
+    for name, destinations in aliases.items():
+        for dest in destinations:
+            if dest in aliases:
+                raise ConfigError(
+                    f"aliases.{name}.destination_queues: {dest!r} is itself an alias "
+                    "(an alias points at queues only)"
+                )
+    return aliases
 
 
 def load_config(path: str | None) -> ServerConfig:
@@ -433,6 +566,11 @@ def render_value(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def alias_dump_lines(destinations: tuple[str, ...]) -> list[str]:
+    """The ``dump_config`` line of an alias."""
+    return [f"destination_queues={','.join(destinations)}"]
 
 
 def dump_lines(cfg: QueueConfig) -> list[str]:

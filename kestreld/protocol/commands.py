@@ -34,7 +34,13 @@ from kestreld.protocol.replies import (
     client_error,
     server_error,
 )
-from kestreld.session.errors import NoOpenRead, NotStored, NotWritable, PutFailed
+from kestreld.session.errors import (
+    NoOpenRead,
+    NotStored,
+    NotWritable,
+    PutFailed,
+    QueueRefused,
+)
 from kestreld.session.fetch import Fetch
 from kestreld.state import ServerStatus
 
@@ -336,9 +342,12 @@ def cmd_monitor(conn: MemcacheConnection, args: list[bytes]) -> None:
     f.key = args[1]
     f.open = True
     try:
-        conn.session.monitor(f, seconds, limit)
-    except NotWritable as e:
+        started = conn.session.monitor(f, seconds, limit)
+    except (NotWritable, QueueRefused) as e:
         conn.out.append(server_error(str(e)))
+        return
+    if not started:  # an alias, or an unknown queue with create_queue_on_get off: empty
+        conn.out.append(END)
         return
     conn.flush_out()
 

@@ -50,7 +50,7 @@ from kestreld.protocol.replies import (
     VALUE_END,
     server_error,
 )
-from kestreld.session.fetch import BUSY, ITEM, MISS, REFUSED, Fetch
+from kestreld.session.fetch import BUSY, ITEM, LIMITED, MISS, REFUSED, Fetch
 from kestreld.session.reply import PUT, PendingReply
 from kestreld.session.session import Session
 
@@ -369,6 +369,11 @@ class Connection(Sink):
             parts.append(ERROR)
         elif outcome == REFUSED:  # the status or the connection count: the session says which
             parts.append(server_error(self.session.read_refusal() or "reads refused"))
+        elif outcome == LIMITED:
+            limit = self.server.config.max_queues
+            parts.append(
+                server_error(f"too many queues (max_queues = {limit}); {f.name} not created")
+            )
         # WAIT: the reply follows in wait_ended; GONE: its failed /close is the reply.
 
     # --- what the session calls (its listener) ----------------------------------------------
@@ -387,6 +392,14 @@ class Connection(Sink):
         """The session's wait ended: its reply, then the requests buffered behind it."""
         self.last_active = time.monotonic()  # idle from the reply on, not from the request
         self.answer_fetch(f, True)
+        self.flush_out()
+        self._continue()
+
+    def authentication_ended(self, user: Any, answer: Any) -> None:
+        """The session's password check ended (``user`` None: refused): ``answer``, the
+        front end's own (kestreld/protocol/auth.py), renders it; then what was sent behind it."""
+        self.last_active = time.monotonic()
+        answer(self, user)
         self.flush_out()
         self._continue()
 

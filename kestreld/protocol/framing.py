@@ -141,6 +141,11 @@ class Framing:
         self.expect_end = False  # a skipped block ended: its terminator comes next
         self.drop_line = False  # after a bad terminator: drop up to the next newline
 
+    def use_table(self, table: dict[bytes, Command], unknown: Command) -> None:
+        """Judge the requests from here on with ``table`` (an authenticated client's)."""
+        self.table = table
+        self.unknown = unknown
+
     def holds_input(self) -> bool:
         """True when input arrived that is not parsed yet (or a skip is under way):
         new input must go through :meth:`receive`."""

@@ -11,6 +11,7 @@ cdef class QueueCollection:
     cdef public object config
     cdef public object executor
     cdef public dict queues
+    cdef public dict aliases
     cdef public long long queue_creates
     cdef public long long queue_deletes
     cdef public long long queue_expires
@@ -24,4 +25,5 @@ cdef class QueueCollection:
     cpdef Reader reader(self, object full_name, bint create)
 
     @cython.locals(queue=JournaledQueue)
-    cpdef put(self, object name, object data, object expire_time, object now)
+    cpdef put(self, object name, object data, object expire_time, object now,
+              object error_count=*)

@@ -15,6 +15,7 @@ from kestreld.journal.files import scan_folder
 from kestreld.journal.retire import retire_segments
 from kestreld.journal.writer import JournalWriteError
 from kestreld.names import split_queue_name
+from kestreld.queues.alias import AliasedQueue
 from kestreld.queues.item import QueueItem
 from kestreld.queues.journaled_queue import JournaledQueue, QueueFull
 from kestreld.queues.reader import Compaction, Reader
@@ -37,11 +38,21 @@ class Kestrel2JournalsFound(Exception):
         )
 
 
+class TooManyQueues(Exception):
+    """A new queue name beyond ``max_queues``: refused, nothing created."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.limit = limit
+        super().__init__(f"too many queues (max_queues = {limit}); {name} not created")
+
+
 class QueueCollection:
     __slots__ = (
         "config",
         "executor",
         "queues",
+        "aliases",
         "queue_creates",
         "queue_deletes",
         "queue_expires",
@@ -53,6 +64,8 @@ class QueueCollection:
         self.config = config
         self.executor = executor
         self.queues: dict[str, JournaledQueue] = {}
+        # Names whose puts go to other queues; an alias masks a queue of its name.
+        self.aliases: dict[str, AliasedQueue] = {}
         self.queue_creates = 0
         self.queue_deletes = 0
         self.queue_expires = 0
@@ -77,6 +90,7 @@ class QueueCollection:
                 pass
         for path in found.unknown:
             log.warning("unknown_file_ignored", path=path)
+        self._apply_aliases(self.config)
         names = set(found.queues)
         configured: dict[str, list[str]] = {}
         for full in self.config.configured_readers():
@@ -98,12 +112,41 @@ class QueueCollection:
         self.queues[queue.name] = queue
         for reader in queue.readers.values():
             reader.forward_expired_to(self._forward_expired)
+            reader.punt_aborted_to(self._punt_aborted)
+
+    def _apply_aliases(self, config: ServerConfig) -> None:
+        """Create, update and drop aliases to match the config."""
+        for name in list(self.aliases):
+            if name not in config.aliases:
+                del self.aliases[name]
+                log.info("alias_removed", alias=name)
+        for name, destinations in config.aliases.items():
+            alias = self.aliases.get(name)
+            if alias is None:
+                self.aliases[name] = AliasedQueue(name, destinations)
+                log.info("alias_created", alias=name, destinations=list(destinations))
+            elif alias.destinations != destinations:
+                alias.reconfigure(destinations)
+                log.info("alias_reconfigured", alias=name, destinations=list(destinations))
+        masked = config.masked_queues()
+        if masked:
+            log.warning("queues_masked_by_aliases", queues=masked)
 
     # --- lookup ---------------------------------------------------------------------------
 
     def queue(self, name: str, create: bool) -> JournaledQueue | None:
+        """The queue ``name``; created when missing and ``create`` (raises TooManyQueues).
+
+        None for an alias (it holds nothing).  ``max_queues`` counts every queue; a queue
+        named in the config (``[queues.NAME]``, ``[queues."NAME+R"]``) is never refused.
+        """
+        if self.aliases and name in self.aliases:
+            return None
         queue = self.queues.get(name)
         if queue is None and create:
+            limit = self.config.max_queues
+            if limit is not None and len(self.queues) >= limit and not self._configured(name):
+                raise TooManyQueues(name, limit)
             queue = JournaledQueue(name, self.config, executor=self.executor)
             queue.open(
                 None,
@@ -118,8 +161,13 @@ class QueueCollection:
             log.info("queue_created", queue=name)
         return queue
 
+    def _configured(self, name: str) -> bool:
+        """Named in the config, itself or through one of its fanout readers."""
+        prefix = name + "+"
+        return name in self.config.queues or any(n.startswith(prefix) for n in self.config.queues)
+
     def reader(self, full_name: str, create: bool) -> Reader | None:
-        """The reader for ``q`` or ``q+r`` (the name must be legal)."""
+        """The reader for ``q`` or ``q+r`` (the name must be legal); raises TooManyQueues."""
         qname, _, rname = full_name.partition("+")
         queue = self.queue(qname, create)
         if queue is None:
@@ -127,6 +175,7 @@ class QueueCollection:
         reader = queue.reader(rname, create)
         if reader is not None and reader.on_expired is None:
             reader.forward_expired_to(self._forward_expired)
+            reader.punt_aborted_to(self._punt_aborted)
         return reader
 
     def readers(self) -> list[Reader]:
@@ -134,13 +183,37 @@ class QueueCollection:
 
     # --- commands -----------------------------------------------------------------------
 
-    def put(self, name: str, data: bytes, expire_time: int, now: int):
+    def put(self, name: str, data: bytes, expire_time: int, now: int, error_count: int = 0):
+        """Put to a queue or an alias: the batch to wait on, or None when already done.
+
+        Raises QueueFull (``NOT_STORED``) or JournalWriteError (``SERVER_ERROR``).
+        """
+        if self.aliases:
+            alias = self.aliases.get(name)
+            if alias is not None:
+                return alias.put(data, expire_time, now, self._put_to_queue, error_count)
         queue = self.queue(name, create=True)
         assert queue is not None
-        return queue.put(data, expire_time, now)
+        return queue.put(data, expire_time, now, error_count)
+
+    def _put_to_queue(
+        self, name: str, data: bytes, expire_time: int, now: int, error_count: int
+    ) -> Batch | None:
+        queue = self.queue(name, create=True)
+        if queue is None:  # an alias's destination masked by an alias: refused at config load
+            raise QueueFull(name)
+        if len(data) > queue.config.max_item_size:  # a set checks it before reading the data
+            raise QueueFull(f"{name}: item larger than max_item_size")
+        return queue.put(data, expire_time, now, error_count)
+
+    def alias(self, name: str) -> AliasedQueue | None:
+        return self.aliases.get(name)
 
     def delete(self, full_name: str) -> None:
+        """Delete a queue or a fanout reader; deleting an alias does nothing (Kestrel's rule)."""
         qname, plus, rname = full_name.partition("+")
+        if qname in self.aliases:
+            return
         queue = self.queues.get(qname)
         if queue is None:
             return
@@ -183,11 +256,76 @@ class QueueCollection:
         ):
             return
         try:
-            self.put(target.partition("+")[0], item.data, 0, int(time.time() * 1000))
-        except (QueueFull, JournalWriteError) as e:
+            self.put(
+                target.partition("+")[0], item.data, 0, int(time.time() * 1000), item.error_count
+            )
+        except (QueueFull, JournalWriteError, TooManyQueues) as e:
             log.warning(
                 "expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e)
             )
+
+    def _punt_aborted(self, reader: Reader, items: list[QueueItem]) -> list[QueueItem]:
+        """Aborted items (error counts raised): move those the reader's punt keys send away.
+
+        Returns the items that go back to the reader's head.  A move is one
+        durable step: the item leaves the reader only once the target's batch
+        is acknowledged (a crash in between leaves it in both, never in neither);
+        a refused move gives the item back to the head.
+        """
+        config = reader.config
+        if config.punt_error_to_queue is None and config.punt_many_errors_to_queue is None:
+            return items
+        back = []
+        for item in items:
+            target = config.punt_target(item.error_count)
+            if target is None or split_queue_name(target) is None:
+                back.append(item)
+                continue
+            target = target.partition("+")[0]
+            if target == reader.queue_name:  # an inherited default naming this queue: keep the item
+                back.append(item)
+                continue
+            if not self._move(reader, item, target):
+                back.append(item)
+        return back
+
+    def _move(self, reader: Reader, item: QueueItem, target: str) -> bool:
+        """Put ``item`` to ``target``; it leaves ``reader`` once that is durable.
+
+        False (nothing moved) when the target refused it at once.
+        """
+        now = int(time.time() * 1000)
+        try:
+            # Kestrel 3.0: a punted item is new in its target (added now, no expiry).
+            batch = self.put(target, item.data, 0, now, item.error_count)
+        except (QueueFull, JournalWriteError, OSError) as e:
+            log.warning(
+                "punt_failed",
+                queue=reader.full_name,
+                target=target,
+                errors=item.error_count,
+                error=str(e),
+            )
+            return False
+        if batch is None or batch.done:
+            self._moved(reader, item, target, batch)
+        else:
+            batch.add_done_callback(lambda b: self._moved(reader, item, target, b))
+        return True
+
+    def _moved(self, reader: Reader, item: QueueItem, target: str, batch: Batch | None) -> None:
+        if batch is not None and batch.error is not None:
+            log.warning(
+                "punt_failed",
+                queue=reader.full_name,
+                target=target,
+                errors=item.error_count,
+                error=batch.error,
+            )
+            reader.return_items([item])
+            return
+        reader.punted(item)
+        log.info("item_punted", queue=reader.full_name, target=target, errors=item.error_count)
 
     # --- periodic work ------------------------------------------------------------------
 
@@ -252,6 +390,7 @@ class QueueCollection:
 
     def reconfigure(self, config: ServerConfig) -> None:
         self.config = config
+        self._apply_aliases(config)
         for queue in self.queues.values():
             queue.reconfigure(config)
         for full in config.configured_readers():

@@ -31,7 +31,7 @@ cdef class JournaledQueue:
     @cython.locals(readers=dict, default=Reader, reader=Reader, journal=WriterJournal,
                    batch=Batch, item=QueueItem, pending=list, p_items=cython.longlong,
                    p_bytes=cython.longlong, put=list, size=Py_ssize_t)
-    cpdef put(self, object data, object expire_time, object now)
+    cpdef put(self, object data, object expire_time, object now, object error_count=*)
 
     @cython.locals(nbytes=Py_ssize_t, put=list, item=QueueItem, readers=list, reader=Reader,
                    seg=Segment)

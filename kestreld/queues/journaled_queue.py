@@ -174,8 +174,11 @@ class JournaledQueue:
 
     # --- puts ---------------------------------------------------------------------------
 
-    def put(self, data: bytes, expire_time: int, now: int) -> Batch | None:
+    def put(self, data: bytes, expire_time: int, now: int, error_count: int = 0) -> Batch | None:
         """Add an item for every reader; the batch (if any) says when it is durable.
+
+        ``error_count``: the item's aborts so far (an item punted or expired here
+        from another queue keeps its count).
 
         Raises QueueFull (NOT_STORED) or JournalWriteError (SERVER_ERROR).
         """
@@ -212,7 +215,7 @@ class JournaledQueue:
                 reader.skip(size)
         journal = self.journal
         if journal is None:
-            item = QueueItem(self._next_id, now, expire_time, 0, data)
+            item = QueueItem(self._next_id, now, expire_time, error_count, data)
             self._next_id += 1
             for reader in readers.values():
                 if skipping is not None and reader in skipping:
@@ -221,7 +224,7 @@ class JournaledQueue:
                     reader.offer(item, None, 0, now)
             return None
         try:
-            id_, seg, offset, batch = journal.put(now, data, expire_time)
+            id_, seg, offset, batch = journal.put(now, data, expire_time, error_count)
         except BaseException:
             if skipping is not None:
                 for reader in skipping:
@@ -234,7 +237,7 @@ class JournaledQueue:
             self._pending_batch = batch
             self._pending = pending = []
             batch.add_done_callback(functools.partial(self._acknowledged, pending))
-        put = [QueueItem(id_, now, expire_time, 0, data), seg, offset, skipping]
+        put = [QueueItem(id_, now, expire_time, error_count, data), seg, offset, skipping]
         if expire_time and expire_time <= now:
             # Expired on arrival: every reader expires it once acknowledged, and that
             # is journaled now, with the put (a kill -9 after STORED must not revive it).

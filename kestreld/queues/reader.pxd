@@ -50,6 +50,7 @@ cdef class Reader:
     cdef public ProgressLog progress
     cdef public WriterJournal _journal
     cdef public object on_expired
+    cdef public object on_aborted
     cdef public long long total_items
     cdef public long long expired_items
     cdef public long long discarded
@@ -57,6 +58,7 @@ cdef class Reader:
     cdef public long long canceled_transactions
     cdef public long long total_flushes
     cdef public object age
+    cdef public long long punted_items
 
     cpdef _configure(self, object config)
 

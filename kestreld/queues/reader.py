@@ -117,6 +117,7 @@ class Reader:
         "progress",
         "_journal",
         "on_expired",
+        "on_aborted",
         "total_items",
         "expired_items",
         "discarded",
@@ -124,6 +125,7 @@ class Reader:
         "canceled_transactions",
         "total_flushes",
         "age",
+        "punted_items",
     )
 
     def __init__(
@@ -164,6 +166,9 @@ class Reader:
                 self._progress_acked,
             )
         self.on_expired: Callable[[Reader, QueueItem], None] | None = None
+        # Given the aborted items (error counts raised), returns those that go back to
+        # the head; the others are on their way to an error queue (see punted()).
+        self.on_aborted: Callable[[Reader, list[QueueItem]], list[QueueItem]] | None = None
         # stats
         self.total_items = 0
         self.expired_items = 0
@@ -172,6 +177,7 @@ class Reader:
         self.canceled_transactions = 0
         self.total_flushes = 0
         self.age = 0
+        self.punted_items = 0
 
     @property
     def config(self) -> QueueConfig:
@@ -492,7 +498,16 @@ class Reader:
                 continue
             self.canceled_transactions += 1
             items.append(read.item.aborted())
+        if items and self.on_aborted is not None:
+            items = self.on_aborted(self, items)
         self.return_items(items)
+
+    def punted(self, item: QueueItem) -> Batch | None:
+        """An aborted item is durably in its error queue: it leaves this reader (durably)."""
+        if self.deleted:
+            return None
+        self.punted_items += 1
+        return self._durably_commit(item.id)
 
     def return_items(self, items: list[QueueItem]) -> None:
         """Put items back at the head (waiters first), in order; no transaction counted.
@@ -764,6 +779,13 @@ class Reader:
         """Where expired items go (``expire_to_queue``; the collection knows the queues)."""
         self.on_expired = callback
 
+    def punt_aborted_to(
+        self, callback: Callable[[Reader, list[QueueItem]], list[QueueItem]]
+    ) -> None:
+        """Who decides where aborted items go (the punt keys; the collection knows the
+        queues): given them, it returns those that go back to the head."""
+        self.on_aborted = callback
+
     def floor(self) -> int:
         """Every id at or below this is durably consumed: segments up to it may go."""
         held = self.held
@@ -814,4 +836,5 @@ class Reader:
             "total_flushes": self.total_flushes,
             "journal_rewrites": 0,
             "journal_rotations": journal.rotations if journal else 0,
+            "punted_items": self.punted_items,
         }

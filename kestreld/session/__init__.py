@@ -12,3 +12,10 @@ The session knows nothing of a wire syntax: front ends (``kestreld.protocol``)
 parse requests, call its verbs and render what they return.  It depends on
 ``kestreld.queues`` and ``kestreld.state`` only.
 """
+
+# Before any compiled module of this package is imported: the extension, or its plain
+# Python with KESTRELD_NO_EXTENSIONS=1 (kestreld.compiled).  Installed by the packages that
+# hold compiled modules, not by ``import kestreld``: a client user's imports stay plain.
+from kestreld.compiled import install_finder as _install_finder
+
+_install_finder()

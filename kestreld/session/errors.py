@@ -22,3 +22,11 @@ class NotWritable(SessionError):
 
 class NoOpenRead(SessionError):
     """A confirm or abort of a queue on which this session holds no open read."""
+
+
+class QueueRefused(PutFailed):
+    """A new queue name beyond ``max_queues``: nothing was created (``SERVER_ERROR``)."""
+
+
+class NoSuchQueue(SessionError):
+    """The queue does not exist and ``create_queue_on_get`` is off: nothing to read."""

@@ -21,6 +21,7 @@ cdef class Session:
     cdef public bint no_wait
     cdef public bint closed
     cdef public object principal
+    cdef public bint authenticating
 
     cpdef admit_put(self, str name, Py_ssize_t size)
     @cython.locals(unacked=list)
@@ -28,7 +29,7 @@ cdef class Session:
     @cython.locals(unacked=list)
     cpdef bint puts_pending(self) except -1
 
-    @cython.locals(fetch=bint, refused=bint)
+    @cython.locals(fetch=bint, refused=bint, create=bint)
     cpdef int fetch(self, Fetch f, bint single) except -1
     cpdef _hand_out(self, object reader, Fetch f, object item)
     @cython.locals(f=Fetch, behind=PendingReply)

@@ -31,8 +31,14 @@ either way open reads go back to their queues.
 
 Requests are refused by raising :mod:`kestreld.session.errors` exceptions
 (rare paths) or, for a fetch, by its outcome (the hot path raises nothing).
-:attr:`Session.principal` is who the client authenticated as (None: nobody;
-front ends with authentication set it through :meth:`Session.authenticate`).
+**Authentication** (a server with an ``auth_file``): :meth:`Session.authenticate`
+checks a user's password as the session's wait (off the event loop; a failure
+is delayed per client address) and ends with the listener's
+``authentication_ended(user, tag)``; :attr:`Session.principal` is then the
+:class:`~kestreld.security.policy.User` (None: nobody yet), and
+:meth:`Session.permit` says whether it may act with a role on a queue.  Front
+ends decide which of their requests need which role (``read``: fetches;
+``write``: puts; ``admin``: flush, delete, status, reload, shutdown).
 """
 
 from __future__ import annotations
@@ -44,9 +50,16 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kestreld.queues.collection import TooManyQueues
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
-from kestreld.session.errors import NoOpenRead, NotStored, NotWritable, PutFailed
-from kestreld.session.fetch import BUSY, GONE, ITEM, MISS, REFUSED, WAIT, Fetch
+from kestreld.session.errors import (
+    NoOpenRead,
+    NotStored,
+    NotWritable,
+    PutFailed,
+    QueueRefused,
+)
+from kestreld.session.fetch import BUSY, GONE, ITEM, LIMITED, MISS, REFUSED, WAIT, Fetch
 from kestreld.session.reply import CONFIRM, PendingReply, pending_put
 
 if TYPE_CHECKING:
@@ -76,6 +89,7 @@ class Session:
         "no_wait",
         "closed",
         "principal",
+        "authenticating",
     )
 
     def __init__(self, server: ServerState, listener: Any) -> None:
@@ -96,14 +110,67 @@ class Session:
         self.confirm_ticket: Any = None  # the last confirm batch listened to (one callback each)
         self.no_wait = False  # nobody may be listening: fetches do not wait
         self.closed = False
-        #: Who the client authenticated as (None: nobody; set by front ends with auth).
+        #: Who the client authenticated as (a kestreld.security User; None: nobody yet).
         self.principal: Any = None
+        self.authenticating = False  # the wait is a password check (not ended by stop_waiting)
 
     # --- identity and status checks ------------------------------------------------------
 
-    def authenticate(self, principal: Any) -> None:
-        """The client proved it is ``principal`` (front ends with authentication)."""
-        self.principal = principal
+    def authenticate(self, name: str, password: bytes, peer: str | None, tag: Any) -> None:
+        """Check ``name``'s ``password`` (the auth file's users) as this session's wait.
+
+        The listener's ``authentication_ended(user, tag)`` follows: ``user`` is
+        the :class:`~kestreld.security.policy.User`, now :attr:`principal`, or
+        None when refused (unknown user, wrong password: logged with ``peer``,
+        counted, and delayed when ``peer`` keeps failing).  ``tag`` is the
+        front end's own, handed back.  Unlike a get's wait, a half-close does
+        not end it: the requests behind it are still answered.
+        """
+        check = self.server.authenticator.authenticate(name, password, peer)
+        self._authenticate(check, tag)
+
+    def admit(self, user: Any) -> None:
+        """The client proved it is ``user`` another way (a verified TLS client
+        certificate naming a user of the auth file): it is :attr:`principal` at once."""
+        self.stats.auth_successes += 1
+        self.principal = user
+
+    def refuse_authentication(self, reason: str, peer: str | None, tag: Any) -> None:
+        """A malformed attempt (``reason``): counted and delayed as a wrong password is,
+        then ``authentication_ended(None, tag)``."""
+        self._authenticate(self.server.authenticator.refused(peer, None, reason), tag)
+
+    def _authenticate(self, check: Any, tag: Any) -> None:
+        task = self.server.loop.create_task(check)
+        self.waiting = task
+        self.authenticating = True
+        task.add_done_callback(lambda t: self._authenticated(t, tag))
+
+    def _authenticated(self, task: asyncio.Task, tag: Any) -> None:
+        if self.waiting is task:
+            self.waiting = None
+            self.authenticating = False
+        user = None
+        if not task.cancelled():
+            if task.exception() is not None:
+                log.error("authentication_failed", error=str(task.exception()))
+            else:
+                user = task.result()  # None from refuse_authentication
+        if user is None:
+            self.stats.auth_failures += 1
+        else:
+            self.stats.auth_successes += 1
+            self.principal = user
+        if not self.closed:
+            self.listener.authentication_ended(user, tag)
+
+    def permit(self, role: Any, queue: str | None = None) -> bool:
+        """May this client act with ``role`` (a kestreld.security Role) on ``queue`` (None:
+        the whole server)?  Always, without an auth file."""
+        if self.server.authenticator is None:
+            return True
+        principal = self.principal
+        return principal is not None and principal.permits(role, queue)
 
     # The server keeps why it refuses writes and fetches now (its status in force, or
     # more connections than connection_limit_refuse_writes / _reads), so a request
@@ -155,6 +222,7 @@ class Session:
 
         Returns None when it is acknowledged already (or no reply is wanted),
         else the reply to hold until the journal has it.  Raises
+        :class:`QueueRefused` (a new queue beyond ``max_queues``, a PutFailed),
         :class:`NotStored` (the queue is full) or :class:`PutFailed`.
         Later fetches of this session wait for it (:meth:`puts_pending`).
         """
@@ -162,6 +230,9 @@ class Session:
             batch = self.queues.put(name, data, expire, int(time.time() * 1000))
         except QueueFull:
             raise NotStored("queue full") from None
+        except TooManyQueues as e:
+            self.stats.queue_create_refusals += 1
+            raise QueueRefused(str(e)) from None
         except JournalWriteError as e:
             raise PutFailed(str(e)) from None
         except OSError as e:
@@ -216,7 +287,13 @@ class Session:
         f.item = None
         fetch = f.open or not (f.close or f.abort)
         refused = fetch and server.reads_refused is not None
-        reader = self.queues.reader(f.name, create=fetch and not refused)
+        try:  # create_queue_on_get off: a fetch never makes a queue (or reader) exist
+            create = fetch and not refused and server.config.create_queue_on_get
+            reader = self.queues.reader(f.name, create)
+        except TooManyQueues:
+            stats.queue_create_refusals += 1
+            f.outcome = LIMITED if single else MISS  # one key of several: just no item
+            return f.outcome
         if reader is None:
             if refused:
                 f.outcome = REFUSED
@@ -334,22 +411,33 @@ class Session:
         for nothing from now on (a half-closed client, a server that is stopping)."""
         self.no_wait = True
         waiting = self.waiting
-        if waiting is not None and not waiting.done():
+        if waiting is not None and not waiting.done() and not self.authenticating:
             waiting.cancel()
 
     # --- monitor ---------------------------------------------------------------------------
 
-    def monitor(self, f: Fetch, seconds: float, limit: int) -> None:
+    def monitor(self, f: Fetch, seconds: float, limit: int) -> bool:
         """Open reads of every item of ``f.name`` for ``seconds`` (at most ``limit``).
 
         Each item is opened and passed to the listener's ``monitor_item(f)``
         (``f.item``); the end is ``wait_ended(f)``: outcome MISS at its end, GONE
         when :meth:`stop_waiting` ended it early.  It is this
-        session's wait.  Raises :class:`NotWritable` when fetches are refused.
+        session's wait.  Raises :class:`NotWritable` when fetches are refused and
+        :class:`QueueRefused` for a new name beyond ``max_queues``.
+
+        False when ``f.name`` has no reader (an alias, which holds nothing, or an
+        unknown queue with ``create_queue_on_get`` off): nothing started or created,
+        and the front end answers as for an empty queue at once.
         """
         self.check_readable()
-        reader = self.queues.reader(f.name, create=True)
-        assert reader is not None
+        try:
+            reader = self.queues.reader(f.name, self.server.config.create_queue_on_get)
+        except TooManyQueues as e:
+            self.stats.queue_create_refusals += 1
+            raise QueueRefused(str(e)) from None
+        if reader is None:
+            f.outcome = MISS
+            return False
         if self.no_wait:
             seconds = 0.0  # take what is there, wait for nothing
         f.reader = reader
@@ -357,6 +445,7 @@ class Session:
         self.waiting = task
         self.wait_fetch = f
         task.add_done_callback(self._monitor_done)
+        return True
 
     def monitor_open(self, f: Fetch, item: QueueItem) -> None:
         """One item of a monitor: opened by this session, then shown to the listener."""

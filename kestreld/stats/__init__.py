@@ -3,6 +3,7 @@
 from kestreld.stats.counters import (
     QUEUE_STAT_KEYS,
     ServerStats,
+    alias_stats,
     global_stats,
     queue_stats,
     render_dump_stats,
@@ -12,6 +13,7 @@ from kestreld.stats.counters import (
 __all__ = [
     "QUEUE_STAT_KEYS",
     "ServerStats",
+    "alias_stats",
     "global_stats",
     "queue_stats",
     "render_dump_stats",

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from kestreld import __version__
 from kestreld.state import ServerStatus
-from kestreld.stats.counters import global_stats, queue_stats
+from kestreld.stats.counters import alias_stats, global_stats, queue_stats
 
 if TYPE_CHECKING:
     from kestreld.state import ServerState as Server
@@ -84,6 +84,17 @@ GLOBAL_METRICS: dict[str, MetricSpec] = {
     "queue_expires": MetricSpec(
         "kestreld_queue_expires", _COUNTER, "Queues deleted by max_queue_age."
     ),
+    "auth_successes": MetricSpec(
+        "kestreld_auth_successes", _COUNTER, "Clients that authenticated (auth_file)."
+    ),
+    "auth_failures": MetricSpec(
+        "kestreld_auth_failures",
+        _COUNTER,
+        "Failed authentications: unknown user, wrong password, malformed token.",
+    ),
+    "queue_create_refusals": MetricSpec(
+        "kestreld_queue_create_refusals", _COUNTER, "New queue names refused by max_queues."
+    ),
 }
 
 #: Per-queue ``stats`` keys (``queue_<name>_<key>``), labelled ``queue``.
@@ -130,6 +141,11 @@ QUEUE_METRICS: dict[str, MetricSpec] = {
     "journal_rotations": MetricSpec(
         "kestreld_queue_journal_rotations", _COUNTER, "New journal segments started."
     ),
+    "punted_items": MetricSpec(
+        "kestreld_queue_punted_items",
+        _COUNTER,
+        "Aborted items moved to an error queue (punt_error_to_queue, punt_many_errors_to_queue).",
+    ),
     "children": MetricSpec("kestreld_queue_children", _GAUGE, "Fanout readers of the queue."),
     "oldest_item_age": MetricSpec(
         "kestreld_queue_oldest_item_age_seconds",
@@ -138,6 +154,13 @@ QUEUE_METRICS: dict[str, MetricSpec] = {
         "grows while consumers are stopped.",
         scale=0.001,
     ),
+}
+
+#: An alias's ``stats`` keys, labelled ``alias``.
+ALIAS_METRICS: dict[str, MetricSpec] = {
+    "put_items": MetricSpec("kestreld_alias_put_items", _COUNTER, "Items put to the alias."),
+    "put_bytes": MetricSpec("kestreld_alias_put_bytes", _COUNTER, "Bytes put to the alias."),
+    "children": MetricSpec("kestreld_alias_children", _GAUGE, "Destination queues of the alias."),
 }
 
 #: A fanout reader's families: the queue's, renamed, labelled queue and reader.
@@ -174,6 +197,7 @@ class StatsSnapshot:
     status: ServerStatus
     #: True/False while the server is in ZooKeeper server sets ([zookeeper]), else None.
     zookeeper_connected: bool | None = None
+    aliases: list[tuple[str, dict[str, object]]] = ()  # type: ignore[assignment]  # alias_stats
 
     @classmethod
     def take(cls, server: Server) -> StatsSnapshot:
@@ -183,6 +207,7 @@ class StatsSnapshot:
             queue_stats(server.queues),
             server.status,
             server.zookeeper_connected if server.membership is not None else None,
+            alias_stats(server.queues),
         )
 
 
@@ -246,3 +271,10 @@ class StatsCollector(Collector):
             if (True, key) not in families and key != "children":
                 yield _family(reader_spec(spec), _READER_LABELS)
         yield from families.values()
+        alias_families = {key: _family(spec, ["alias"]) for key, spec in ALIAS_METRICS.items()}
+        for name, alias_values in snapshot.aliases:
+            for key, value in alias_values.items():
+                if key == "children":  # the destinations, comma-separated: the gauge counts them
+                    value = len(str(value).split(","))
+                alias_families[key].add_metric([name], _number(value))
+        yield from alias_families.values()

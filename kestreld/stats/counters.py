@@ -14,7 +14,7 @@ QUEUE_STAT_KEYS = (
     "items", "bytes", "total_items", "logsize", "expired_items", "mem_items", "mem_bytes",
     "age", "discarded", "waiters", "open_transactions", "transactions",
     "canceled_transactions", "total_flushes", "journal_rewrites", "journal_rotations",
-    "oldest_item_age",
+    "punted_items", "oldest_item_age",
 )  # fmt: skip
 
 
@@ -29,6 +29,10 @@ class ServerStats:
     get_misses: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    # security: authentications of clients (auth_file), queues refused by max_queues
+    auth_successes: int = 0
+    auth_failures: int = 0
+    queue_create_refusals: int = 0
 
 
 def _physical_memory() -> int:
@@ -58,6 +62,8 @@ def queue_stats(queues: QueueCollection) -> list[tuple[str, dict[str, int]]]:
     now_ms = int(time.time() * 1000)
     out = []
     for qname in sorted(queues.queues):
+        if qname in queues.aliases:
+            continue  # masked by an alias: the alias's stats carry the name
         queue = queues.queues[qname]
         default = queue.readers.get("")
         if default is not None:
@@ -74,6 +80,11 @@ def queue_stats(queues: QueueCollection) -> list[tuple[str, dict[str, int]]]:
         for reader in sorted(children, key=lambda r: r.name):
             out.append((reader.full_name, _with_oldest_item_age(reader, now_ms)))
     return out
+
+
+def alias_stats(queues: QueueCollection) -> list[tuple[str, dict[str, object]]]:
+    """(name, stats) for every alias, sorted: Kestrel's put_items, put_bytes and children."""
+    return [(name, queues.aliases[name].stats()) for name in sorted(queues.aliases)]
 
 
 def global_stats(
@@ -105,6 +116,9 @@ def global_stats(
         ("queue_creates", queues.queue_creates),
         ("queue_deletes", queues.queue_deletes),
         ("queue_expires", queues.queue_expires),
+        ("auth_successes", stats.auth_successes),
+        ("auth_failures", stats.auth_failures),
+        ("queue_create_refusals", stats.queue_create_refusals),
     ]
 
 
@@ -120,13 +134,16 @@ def render_stats(
     lines.extend(f"STAT {k} {v}" for k, v in extra)
     for name, values in queue_stats(queues):
         lines.extend(f"STAT queue_{name}_{k} {v}" for k, v in values.items())
+    for name, alias_values in alias_stats(queues):
+        lines.extend(f"STAT queue_{name}_{k} {v}" for k, v in alias_values.items())
     lines.append("END\r\n")
     return "\r\n".join(lines).encode()
 
 
 def render_dump_stats(queues: QueueCollection, names: list[str]) -> bytes:
     lines = []
-    for name, values in queue_stats(queues):
+    every: list[tuple[str, dict]] = [*queue_stats(queues), *alias_stats(queues)]
+    for name, values in sorted(every, key=lambda entry: entry[0]):
         if names and name not in names:
             continue
         lines.append(f"queue '{name}' {{")

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
-from kestreld.config.model import SERVER_KEYS, render_value
+from kestreld.config.model import SERVER_KEYS, MiB, alias_dump_lines, render_value
 
 
 def effective_config(path: str, overrides: dict[str, Any]) -> ServerConfig:
@@ -54,6 +54,10 @@ def render(config: ServerConfig) -> str:
         lines.append(f"queue '{name}' {{")
         lines.extend("  " + line for line in dump_lines(config.queues[name]))
         lines.append("}")
+    for name in sorted(config.aliases):
+        lines.append(f"alias '{name}' {{")
+        lines.extend("  " + line for line in alias_dump_lines(config.aliases[name]))
+        lines.append("}")
     return "\n".join(lines) + "\n"
 
 
@@ -78,10 +82,27 @@ def warnings(config: ServerConfig) -> list[str]:
                 "/metrics and /stats.json have no authentication; firewall that port"
             )
     if not _is_loopback(config.listen_address):
-        out.append(
-            f"the memcache protocol listens on {config.listen_address}:{config.port}: "
-            "it has no authentication; keep it on a private network behind a firewall"
-        )
+        if config.auth_file is None:
+            out.append(
+                f"the memcache protocol listens on {config.listen_address}:{config.port}: "
+                "it has no authentication (no auth_file); keep it on a private network "
+                "behind a firewall"
+            )
+        elif config.tls_cert_file is None:
+            out.append(
+                f"the memcache protocol listens on {config.listen_address}:{config.port} "
+                "without TLS: passwords and items cross the network in the clear"
+            )
+    for name, cfg in [("", config.default_queue), *sorted(config.queues.items())]:
+        if cfg.max_journal_size >= 256 * MiB:
+            where = f"queues.{name}." if name else ""
+            out.append(
+                f"{where}max_journal_size = {cfg.max_journal_size} is the size of one journal "
+                "segment here; Kestrel 2.4's maxJournalSize (a compaction threshold, 1 GB) "
+                "needs no setting in kestreld: you probably meant to leave it out (default 16MiB)"
+            )
+    for name in config.masked_queues():
+        out.append(f"the alias {name!r} masks the configured queue {name!r}: puts go to the alias")
     if config.zookeeper is not None:
         advertised = config.zookeeper.advertise_address or config.listen_address
         if _is_loopback(advertised):

@@ -3,6 +3,9 @@
     kestreld ping [--host H | --listen ADDR] [--port N] [--timeout S] [--config FILE]
 
 Sends ``version`` and prints the version from the ``VERSION x.y.z`` reply.
+A server with TLS or an auth file answers a plaintext, anonymous ping with
+``SERVER_ERROR this port requires TLS`` or ``CLIENT_ERROR unauthenticated``:
+that is an answer too (it is up), printed as such.
 Exit status 0 when the server answered, 1 when it did not (refused, timed
 out, closed, or replied something else), 2 for bad arguments.  With
 ``--config`` the address and port come from that config file (a wildcard
@@ -23,6 +26,13 @@ DEFAULT_PORT = 22133
 
 #: Listen addresses that mean "every interface": ping the local one instead.
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+#: Answers of a server that is up but will not serve this plaintext, anonymous ping.
+_SECURED = {
+    "SERVER_ERROR this port requires TLS": "(up; the port requires TLS)",
+    "CLIENT_ERROR unauthenticated": "(up; authentication required)",
+}
 
 
 class PingError(Exception):
@@ -52,6 +62,8 @@ def ping(host: str, port: int, timeout: float) -> str:
     except OSError as e:
         raise PingError(f"cannot reach {host}:{port}: {e.strerror or e}") from None
     line = reply.split(b"\r\n", 1)[0].decode("ascii", "replace")
+    if line in _SECURED:
+        return _SECURED[line]  # it answered: up, though it will not say its version to us
     word, _, version = line.partition(" ")
     if word != "VERSION" or not version:
         raise PingError(f"{host}:{port} replied {line[:80]!r}, not a version")

@@ -52,6 +52,8 @@ def fetch_rows(server: Server, timeout: float = 10.0) -> list[QueueRow]:
     rows = []
     for name in sorted(stats.queues, key=lambda n: n.split("+", 1)):
         values = stats.queues[name]
+        if "put_items" in values and "items" not in values:
+            continue  # an alias: it holds nothing (its destinations have their rows)
         rows.append(
             QueueRow(
                 name,
