@@ -1,7 +1,7 @@
 # kestreld server image: the package and uvloop, no Spark (the pipeline's extra is not installed).
 #
 #   docker build -t kestreld .
-#   docker run -d --name kestreld -p 22133:22133 -p 9090:9090 \
+#   docker run -d --name kestreld -p 22133:22133 -p 2222:2222 -p 2229:2229 -p 9090:9090 \
 #       -v kestrel-spool:/var/spool/kestrel kestreld
 #
 # Queues live in the volume /var/spool/kestrel (production.conf's queue_path).
@@ -47,7 +47,7 @@ USER kestrel
 WORKDIR /var/spool/kestrel
 VOLUME ["/var/spool/kestrel"]
 # memcache protocol, Prometheus /metrics and /stats.json
-EXPOSE 22133 9090
+EXPOSE 22133 2222 2229 9090
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["kestreld", "ping", "--config", "/etc/kestreld/production.conf", "--timeout", "3"]

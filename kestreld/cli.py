@@ -47,7 +47,13 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--listen", dest="listen_address", help="address to listen on (default 127.0.0.1)"
     )
-    p.add_argument("--port", type=int, help="port to listen on (default 22133)")
+    p.add_argument("--port", type=int, help="memcache port (default 22133; 0 = off)")
+    p.add_argument(
+        "--text-port", dest="text_port", type=int, help="Kestrel text protocol port (0 = off)"
+    )
+    p.add_argument(
+        "--thrift-port", dest="thrift_port", type=int, help="Kestrel thrift port (0 = off)"
+    )
     p.add_argument("--queue-path", dest="queue_path", help="queue folder (default ./queues)")
     p.add_argument("--log-format", dest="log_format", choices=["console", "json"])
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
@@ -59,6 +65,18 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="validate FILE, print the effective config and exit (0 usable, 2 not)",
     )
     return p
+
+
+#: Command-line flags that override config keys of the same name.
+_SERVER_FLAGS = (
+    "listen_address",
+    "port",
+    "text_port",
+    "thrift_port",
+    "queue_path",
+    "log_format",
+    "log_level",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,12 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"kestreld {__version__} ({implementation()})")
         return 0
-    overrides = {
-        k: v
-        for k, v in vars(args).items()
-        if k in ("listen_address", "port", "queue_path", "log_format", "log_level")
-        and v is not None
-    }
+    overrides = {k: v for k, v in vars(args).items() if k in _SERVER_FLAGS and v is not None}
     if args.check_config is not None:
         from kestreld.tools import check_config
 

@@ -25,6 +25,8 @@ from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
+from kestreld.protocol.text import TextConnection
+from kestreld.protocol.thrift import ThriftConnection
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.security import (
     Authenticator,
@@ -35,6 +37,7 @@ from kestreld.security import (
     load_auth_file,
 )
 from kestreld.security.tls_stream import TlsStream
+from kestreld.session.open_ids import OpenIds
 from kestreld.state import (
     ServerStatus,
     StartupError,
@@ -52,6 +55,8 @@ log = structlog.get_logger("kestreld.server")
 RESTART_KEYS = (
     "listen_address",
     "port",
+    "text_port",
+    "thrift_port",
     "queue_path",
     "metrics_port",
     "metrics_address",
@@ -103,6 +108,10 @@ class Server:
         self.zookeeper_connected = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.base_events.Server | None = None
+        #: Every listener by front end ("memcache", "text", "thrift").
+        self.listeners: dict[str, asyncio.base_events.Server] = {}
+        #: Reads held under server-wide ids (thrift's get with auto_abort_msec).
+        self.open_ids = OpenIds()
         self._lock_fd = -1
         self._tasks: list[asyncio.Task] = []
         self._stopping: asyncio.Event | None = None
@@ -175,18 +184,7 @@ class Server:
                 count=len(self.queues.queues),
                 seconds=round(time.monotonic() - started, 3),
             )
-            try:
-                self._server = await self.loop.create_server(
-                    self._connection,
-                    self.config.listen_address,
-                    self.config.port,
-                    reuse_address=True,
-                    backlog=4096,
-                )
-            except OSError as e:
-                raise StartupError(
-                    f"cannot listen on {self.config.listen_address}:{self.config.port}: {e.strerror}"
-                ) from None
+            await self._listen()
         except BaseException:
             self._unlock()
             raise
@@ -207,13 +205,18 @@ class Server:
             try:
                 self._join_server_sets()
             except StartupError:
-                self._server.close()
+                for listener in self.listeners.values():
+                    listener.close()
                 self._unlock()
                 raise
-        sock = self._server.sockets[0].getsockname()
+        addresses = {}
+        for kind, listener in self.listeners.items():
+            sock = listener.sockets[0].getsockname()
+            addresses[kind] = f"{sock[0]}:{sock[1]}"
         log.info(
             "listening",
-            address=f"{sock[0]}:{sock[1]}",
+            address=next(iter(addresses.values())),  # memcache's, when it is on
+            **addresses,
             config=os.path.abspath(self.config_path) if self.config_path else None,
             queue_path=os.path.abspath(self.config.queue_path),
             status=self.status.value,
@@ -224,16 +227,49 @@ class Server:
         )
 
     def _connection(self) -> asyncio.Protocol:
-        """A new client connection: locked until it authenticates with an auth file, and
+        """A new memcache connection: locked until it authenticates with an auth file, and
         TLS between its socket and the memcache protocol when the port is TLS's
         (kestreld/security/tls_stream.py)."""
         if self.authenticator is None:
             conn = MemcacheConnection(self, COMMANDS, UNKNOWN)
         else:  # nothing runs until it authenticates (kestreld/protocol/auth.py)
             conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
+        return self._secured(conn)
+
+    def _secured(self, conn: asyncio.Protocol) -> asyncio.Protocol:
+        """``conn`` behind TLS when the listeners are TLS's, else ``conn`` itself."""
         if self.tls is None:
             return conn
         return TlsStream(self.tls, conn, TLS_REQUIRED)
+
+    async def _listen(self) -> None:
+        """Open every configured front end's port (raises StartupError).
+
+        ``text_port`` and ``thrift_port``: 0 is off.  ``port`` (memcache): 0 is
+        off when another front end is on; alone, 0 asks the system for a free
+        port (the test harness's way to start a server).  TLS, when configured,
+        is on every listener.
+        """
+        config = self.config
+        wanted = [
+            ("text", config.text_port, lambda: self._secured(TextConnection(self))),
+            ("thrift", config.thrift_port, lambda: self._secured(ThriftConnection(self))),
+        ]
+        wanted = [w for w in wanted if w[1]]
+        if config.port or not wanted:
+            wanted.insert(0, ("memcache", config.port, self._connection))
+        for kind, port, factory in wanted:
+            try:
+                self.listeners[kind] = await self.loop.create_server(
+                    factory, config.listen_address, port, reuse_address=True, backlog=4096
+                )
+            except OSError as e:
+                for listener in self.listeners.values():
+                    listener.close()
+                raise StartupError(
+                    f"cannot listen on {config.listen_address}:{port} ({kind}): {e.strerror}"
+                ) from None
+        self._server = next(iter(self.listeners.values()))
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
@@ -276,9 +312,11 @@ class Server:
         def connected(value: bool) -> None:  # from a kazoo thread
             loop.call_soon_threadsafe(setattr, self, "zookeeper_connected", value)
 
-        self.membership = ServerSetMembership(
-            zk, {"memcache": Endpoint(host, self.port)}, on_connected=connected
-        )
+        endpoints = {
+            kind: Endpoint(host, listener.sockets[0].getsockname()[1])
+            for kind, listener in self.listeners.items()
+        }  # memcache is the main endpoint, else thrift, else text (as Kestrel)
+        self.membership = ServerSetMembership(zk, endpoints, on_connected=connected)
         announced = self.status_board.announced
         self.membership.want(announced.in_read_set, announced.in_write_set)
         self.membership.start()
@@ -529,8 +567,8 @@ class Server:
             # this server instead of finding it refusing connections.
             left = await asyncio.to_thread(self.membership.leave, LEAVE_TIMEOUT)
             log.info("server_sets_left" if left else "server_sets_not_left")
-        if self._server is not None:
-            self._server.close()
+        for listener in self.listeners.values():
+            listener.close()
         for task in self._tasks:
             task.cancel()
         if self.metrics is not None:
@@ -552,6 +590,7 @@ class Server:
             await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
             conn.close_now()
+        self.open_ids.close()  # reads held under thrift ids go back before the journals close
         await asyncio.sleep(0)
         self.queues.close()
         if self.authenticator is not None:

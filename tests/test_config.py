@@ -58,6 +58,9 @@ def test_durations_accept_ms_and_units(value, expected):
         ({"max_journal_size": 100}, "max_journal_size"),
         ({"expire_to_queue": "a/b"}, "expire_to_queue"),
         ({"port": 70000}, "port"),
+        ({"text_port": 70000}, "text_port"),
+        ({"thrift_port": -1}, "thrift_port"),
+        ({"port": 2229, "thrift_port": 2229}, "thrift_port"),
     ],
 )
 def test_bad_values_name_the_key(doc, key):
@@ -154,3 +157,14 @@ def test_reload_adds_configured_fanout_readers(make_server):
     assert c.line() == b"Reloaded config."
     c.set("orders", "late")
     assert c.get("orders+audit") == b"late"
+
+
+def test_text_and_thrift_ports_are_off_unless_configured():
+    assert (build_config({}).text_port, build_config({}).thrift_port) == (0, 0)
+    cfg = build_config({"text_port": 2222, "thrift_port": 2229})
+    assert (cfg.text_port, cfg.thrift_port) == (2222, 2229)
+
+
+def test_production_config_serves_all_three_front_ends():
+    cfg = load_config(str(Path(__file__).resolve().parent.parent / "config" / "production.conf"))
+    assert (cfg.port, cfg.text_port, cfg.thrift_port) == (22133, 2222, 2229)

@@ -211,7 +211,8 @@ def test_volume_is_the_production_queue_path(image, production):
 
 def test_exposed_ports_are_the_production_ports(image, production):
     exposed = {int(p.split("/")[0]) for p in only(image, "EXPOSE").args.split()}
-    assert exposed == {production["port"], production["metrics_port"]}
+    ports = ("port", "text_port", "thrift_port", "metrics_port")
+    assert exposed == {production[key] for key in ports if production.get(key)}
     assert all(port >= 1024 for port in exposed)  # no privilege needed to bind them
     assert production["listen_address"] == "0.0.0.0"  # reachable through -p
 
@@ -321,6 +322,9 @@ def installed(image, production, tmp_path_factory) -> Installed:
     for key, value in [
         ("listen_address", '"127.0.0.1"'),
         ("port", str(port)),
+        # Kestrel's text and thrift ports: free ones too (2222/2229 may be taken here).
+        ("text_port", str(free_port())),
+        ("thrift_port", str(free_port())),
         ("queue_path", json.dumps(str(queue_path))),
         ("metrics_port", str(metrics_port)),
     ]:

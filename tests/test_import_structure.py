@@ -75,6 +75,12 @@ FORBIDDEN = {
     "kestreld.cluster.member": ["kazoo", "kestreld.config", "kestreld.server"],
     "kestreld.status": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
     "kestreld.client": ["kazoo", "kestreld.server", "kestreld.protocol", "kestreld.queues"],
+    # Kestrel's text and thrift front ends: framing and replies over the session.
+    "kestreld.protocol.text_parser": ["kestreld.queues", "kestreld.session", "kestreld.server"],
+    "kestreld.protocol.thrift_codec": ["kestreld.queues", "kestreld.session", "kestreld.server"],
+    "kestreld.protocol.text": ["kestreld.server", "kestreld.stats"],
+    "kestreld.protocol.thrift": ["kestreld.server", "kestreld.stats"],
+    "kestreld.session.open_ids": ["kestreld.protocol", "kestreld.server"],
 }
 
 
@@ -209,6 +215,10 @@ FIELD_WRITES_ALLOWED = {
     ("kestreld/session/session.py", "f"),
     # The factory of PendingReply beside the class fills a new instance.
     ("kestreld/session/reply.py", "reply"),
+    ("kestreld/protocol/text.py", "f"),
+    ("kestreld/protocol/thrift.py", "f"),
+    # OpenIds' own private record of one held read (_Held), changed only by OpenIds.
+    ("kestreld/session/open_ids.py", "held"),
 }
 
 

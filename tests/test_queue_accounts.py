@@ -326,3 +326,16 @@ def test_an_item_expired_on_arrival_is_not_revived_by_kill_9(make_server):
     c = Conn(srv.connect())
     assert (_q(c, "ea")["items"], _q(c, "ea")["bytes"]) == (1, 4)
     assert _drain(c, "ea") == [b"keep"]
+
+
+def test_flush_noreply_is_silent(make_server):
+    srv = make_server(NO_COMPACTION)
+    c = Conn(srv.connect())
+    assert c.set("fn", "a") == b"STORED"
+    assert c.set("fm", "b") == b"STORED"
+    c.send("flush fn noreply\r\nversion\r\n")
+    assert c.line().startswith(b"VERSION")
+    assert c.get("fn") is None and _q(c, "fn")["items"] == 0
+    c.send("flush_all noreply\r\nversion\r\n")
+    assert c.line().startswith(b"VERSION")
+    assert c.get("fm") is None

@@ -10,7 +10,7 @@ import os
 from kestreld.bench import queue_model
 
 #: Sequences per CI run (about two minutes on a loaded machine); KESTRELD_MODEL_EXAMPLES overrides.
-EXAMPLES = int(os.environ.get("KESTRELD_MODEL_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("KESTRELD_MODEL_EXAMPLES", "20"))
 
 
 def test_queue_core_matches_the_model():

@@ -280,7 +280,9 @@ class ServerConfig:
     """Server-wide settings plus the per-queue configuration tree."""
 
     listen_address: str = "127.0.0.1"
-    port: int = 22133
+    port: int = 22133  # memcache; 0 = off
+    text_port: int = 0  # Kestrel's text protocol (2222 in Kestrel); 0 = off
+    thrift_port: int = 0  # Kestrel's thrift interface (2229 in Kestrel); 0 = off
     queue_path: str = "queues"
     archive_path: str | None = None
     max_open_reads: int = 100
@@ -336,6 +338,8 @@ class ServerConfig:
 SERVER_KEYS: dict[str, str] = {
     "listen_address": _STR,
     "port": _INT,
+    "text_port": _INT,
+    "thrift_port": _INT,
     "queue_path": _STR,
     "archive_path": _STR,
     "max_open_reads": _INT,
@@ -464,8 +468,14 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         raise ConfigError(f"log_level: expected one of {', '.join(_LOG_LEVELS)}")
     if "log_format" in server and server["log_format"] not in ("console", "json"):
         raise ConfigError("log_format: expected console or json")
-    if "port" in server and not 0 <= server["port"] <= 65535:
-        raise ConfigError(f"port: {server['port']} is not a TCP port")
+    for key in ("port", "text_port", "thrift_port"):
+        if key in server and not 0 <= server[key] <= 65535:
+            raise ConfigError(f"{key}: {server[key]} is not a TCP port")
+    ports = [(k, server[k]) for k in ("port", "text_port", "thrift_port") if server.get(k)]
+    for i, (key, port) in enumerate(ports):
+        for other, other_port in ports[:i]:
+            if port == other_port:
+                raise ConfigError(f"{key}: {port} is already {other}")
     if server.get("max_line_length", 8 * KiB) < 64:
         raise ConfigError("max_line_length: must be at least 64 bytes")
     if "default_status" in server:

@@ -262,7 +262,7 @@ def cmd_flush(conn: MemcacheConnection, args: list[bytes]) -> None:
     except NotWritable as e:
         conn.out.append(server_error(str(e)))
         return
-    if reply is None:
+    if reply is None or args[-1] == b"noreply":  # noreply: nothing is held (nor sent)
         conn.out.append(END)
     else:  # END once the flush (a READ_HEAD jump) is durable, as a confirm's reply
         reply.parts.append(END)
@@ -275,7 +275,7 @@ def cmd_flush_all(conn: MemcacheConnection, args: list[bytes]) -> None:
     except NotWritable as e:
         conn.out.append(server_error(str(e)))
         return
-    if reply is None:
+    if reply is None or args[-1] == b"noreply":  # noreply: nothing is held (nor sent)
         conn.out.append(FLUSHED_ALL)
     else:  # once every reader's flush is durable
         reply.parts.append(FLUSHED_ALL)

@@ -153,11 +153,8 @@ class Framing:
 
     def mid_request(self) -> bool:
         """True when part of a request has arrived (its line or its data block)."""
-        return (
-            bool(self.buf)
-            or self.skip > 0
-            or self.chunks is not None
-            or (self.block_command is not None)
+        return bool(self.buf) or self.skip > 0 or self.chunks is not None or (
+            self.block_command is not None
         )
 
     def keep(self, data: bytes) -> None:

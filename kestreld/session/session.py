@@ -392,9 +392,7 @@ class Session:
             return
         observe = self.server.latency_observer
         if observe is not None:
-            observe(
-                "get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started
-            )  # type: ignore[union-attr]
+            observe("get_hit" if item is not None else "get_timeout", time.perf_counter() - f.started)  # type: ignore[union-attr]
         if item is None:
             self.stats.get_misses += 1
             f.outcome = MISS  # type: ignore[union-attr]
@@ -510,6 +508,22 @@ class Session:
         reader = self.queues.reader(name, create=False)
         reads = self.open_reads.get(reader) if reader is not None else None
         return len(reads) if reads else 0
+
+    def queue_stats(self, name: str) -> dict[str, int]:
+        """The counters of queue ``name`` (Kestrel's per-queue stats); empty if it is missing."""
+        reader = self.queues.reader(name, create=False)
+        return reader.stats() if reader is not None else {}
+
+    def hand_over(self, name: str) -> OpenRead:
+        """The read this session opened last on ``name`` leaves it, for a holder that
+        outlives the session (thrift's ids, :class:`~kestreld.session.open_ids.OpenIds`):
+        closing the session no longer gives it back."""
+        reader = self.queues.reader(name, create=False)
+        reads = self.open_reads[reader]
+        read = reads.pop()
+        if not reads:
+            del self.open_reads[reader]
+        return read
 
     def _confirm(self, reader: Reader, reads: list[OpenRead]) -> PendingReply | None:
         # A reader's confirms of one event-loop tick share one progress batch (it is

@@ -93,6 +93,12 @@ def warnings(config: ServerConfig) -> list[str]:
                 f"the memcache protocol listens on {config.listen_address}:{config.port} "
                 "without TLS: passwords and items cross the network in the clear"
             )
+        for name, port in (("text", config.text_port), ("thrift", config.thrift_port)):
+            if port and config.auth_file is None:
+                out.append(
+                    f"the {name} protocol listens on {config.listen_address}:{port}: "
+                    "it has no authentication; firewall it like the memcache port"
+                )
     for name, cfg in [("", config.default_queue), *sorted(config.queues.items())]:
         if cfg.max_journal_size >= 256 * MiB:
             where = f"queues.{name}." if name else ""

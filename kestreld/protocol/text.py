@@ -1,0 +1,341 @@
+"""Kestrel's text protocol (port 2222) on the queue session.
+
+Replies are one line each: ``+<count>``, ``-<error>``, ``:<item>`` or ``*``
+(no item), ended by a bare ``\\n``.  Every fetch is transactional, as in
+Kestrel: ``get`` (and ``peek``, ``monitor``) first confirms the reads this
+session still holds on that queue, then opens the next; a disconnect gives
+open reads back.  The parser is :mod:`kestreld.protocol.text_parser`; the
+queue work is the session's.  docs/protocol.md has the commands.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from kestreld import __version__
+from kestreld.names import split_queue_name
+from kestreld.protocol.request_loop import RequestConnection
+from kestreld.protocol.text_parser import TextError, TextParser, TextRequest
+from kestreld.session.errors import NotStored, PutFailed, SessionError
+from kestreld.session.fetch import BUSY, ITEM, REFUSED, Fetch
+from kestreld.state import ServerStatus
+
+if TYPE_CHECKING:
+    from kestreld.session.reply import PendingReply
+    from kestreld.state import ServerState
+
+NO_ITEM = b"*\n"
+ZERO = b"+0\n"
+#: The longest relative time (ms) a request may give: about 24 days.
+_MAX_MS = (1 << 31) - 1
+
+
+def error(message: str) -> bytes:
+    return b"-" + message.encode("ascii", "replace") + b"\n"
+
+
+def count(n: int) -> bytes:
+    return b"+%d\n" % n
+
+
+def item_line(data: bytes) -> bytes:
+    return b":" + data + b"\n"
+
+
+class TextConnection(RequestConnection):
+    """One text-protocol client."""
+
+    kind = "text"
+
+    def __init__(self, server: ServerState) -> None:
+        super().__init__(server)
+        config = server.config
+        self.parser = TextParser(config.max_line_length, config.default_queue.max_item_size)
+
+    def parse(self, data: bytes) -> list[TextRequest | TextError]:
+        return self.parser.feed(data)
+
+    def mid_request(self) -> bool:
+        return self.parser.pending > 0 or self.parser.put is not None
+
+    def refusal(self) -> bytes:
+        return error("Too many connections.")
+
+    def internal_error(self, request: object) -> None:
+        self.write(error("Internal error."))
+
+    async def handle(self, request: TextRequest | TextError) -> None:
+        if request.__class__ is TextError:
+            self.write(error(request.message))  # type: ignore[union-attr]
+            if request.fatal:  # type: ignore[union-attr]
+                self.close()
+            return
+        command = request.command  # type: ignore[union-attr]
+        handler = _COMMANDS.get(command)
+        if handler is None:
+            word = command[:40].decode("ascii", "replace")
+            self.write(error(f"Unknown command: {word}"))
+            return
+        await handler(self, request.args, request.items)  # type: ignore[union-attr]
+
+    def monitor_item(self, f: Fetch) -> None:
+        self.write(item_line(f.item.data))  # type: ignore[union-attr]
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def queue_arg(self, args: list[bytes]) -> str | None:
+        """The queue name of a request, or None (the error is written)."""
+        if not args:
+            self.write(error("Queue name required."))
+            return None
+        try:
+            name = args[0].decode("ascii")
+        except UnicodeDecodeError:
+            name = ""
+        if split_queue_name(name) is None:
+            self.write(error("Illegal queue name."))
+            return None
+        return name
+
+    async def close_previous(self, name: str) -> bool:
+        """Confirm the reads this session holds on ``name`` (a fetch's implicit confirm);
+        False (the error written) if that could not be made durable."""
+        session = self.session
+        held = session.open_count(name)
+        if not held:
+            return True
+        reply = session.confirm(name, held)
+        if reply is None:
+            return True
+        failure = await self.settle(reply)
+        if failure is not None:
+            self.write(error(f"Confirm failed: {failure}"))
+            return False
+        return True
+
+
+def _millis(raw: bytes) -> int | None:
+    """A relative time in ms (a non-negative integer that fits an i32), or None."""
+    if not raw.isdigit():
+        return None
+    value = int(raw)
+    return value if value <= _MAX_MS else None
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+async def cmd_put(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``put <queue> [expiry_ms]:`` and item lines: ``+<stored>``."""
+    name = conn.queue_arg(args)
+    if name is None:
+        return
+    if "+" in name:
+        conn.write(error("Cannot put to a fanout reader; write to the queue."))
+        return
+    expire = 0
+    if len(args) > 1:
+        ms = _millis(args[1])
+        if ms is None:
+            conn.write(error("Error parsing expiration time."))
+            return
+        if ms:
+            expire = int(time.time() * 1000) + ms
+    session = conn.session
+    try:
+        session.check_writable()
+    except SessionError as e:
+        conn.write(error(str(e)))
+        return
+    stats = conn.stats
+    stored = 0
+    pending: list[PendingReply] = []
+    for data in items or ():
+        stats.cmd_set += 1
+        try:
+            session.admit_put(name, len(data))
+            reply = session.put(name, data, expire, True)
+        except NotStored:
+            continue  # Kestrel's text put counts what was stored and goes on
+        except PutFailed:
+            break
+        if reply is None:
+            stored += 1
+        else:
+            pending.append(reply)
+    for reply in pending:
+        if await conn.settle(reply) is None:
+            stored += 1
+    conn.write(count(stored))
+
+
+async def _fetch(conn: TextConnection, args: list[bytes], peek: bool) -> None:
+    name = conn.queue_arg(args)
+    if name is None:
+        return
+    timeout = 0
+    if len(args) > 1:
+        ms = _millis(args[1])
+        if ms is None:
+            conn.write(error("Error parsing timeout."))
+            return
+        timeout = ms
+    if not await conn.close_previous(name):
+        return
+    f = Fetch()
+    f.name = name
+    f.timeout = timeout
+    f.key = args[0]
+    f.open = not peek
+    f.peek = peek
+    outcome = await conn.fetch(f)
+    if outcome == ITEM:
+        conn.write(item_line(f.item.data))  # type: ignore[union-attr]
+    elif outcome == REFUSED:
+        conn.write(error(conn.session.read_refusal() or "reads refused"))
+    elif outcome == BUSY:
+        limit = conn.session.max_open_reads()
+        conn.write(error(f"Too many open transactions; limit={limit}"))
+    else:
+        conn.write(NO_ITEM)
+
+
+async def cmd_get(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``get <queue> [timeout_ms]``: ``:<item>`` (opened) or ``*``."""
+    await _fetch(conn, args, False)
+
+
+async def cmd_peek(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``peek <queue> [timeout_ms]``: ``:<item>`` (left at the head) or ``*``."""
+    await _fetch(conn, args, True)
+
+
+async def cmd_monitor(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``monitor <queue> <timeout_ms>``: ``:<item>`` lines as items arrive, then ``*``."""
+    if len(args) < 2:
+        conn.write(error("Queue name & timeout required."))
+        return
+    name = conn.queue_arg(args)
+    if name is None:
+        return
+    timeout = _millis(args[1])
+    if timeout is None:
+        conn.write(error("Error parsing timeout."))
+        return
+    if not await conn.close_previous(name):
+        return
+    f = Fetch()
+    f.name = name
+    f.key = args[0]
+    session = conn.session
+    try:
+        session.monitor(f, timeout / 1000, session.max_open_reads())
+    except SessionError as e:
+        conn.write(error(str(e)))
+        return
+    while session.wait_fetch is f:
+        await conn.signalled()
+    conn.write(NO_ITEM)
+
+
+async def cmd_confirm(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``confirm <queue> <count>``: the oldest ``count`` open reads: ``+<count>``."""
+    if len(args) < 2:
+        conn.write(error("Queue name & count required."))
+        return
+    name = conn.queue_arg(args)
+    if name is None:
+        return
+    if not args[1].isdigit():
+        conn.write(error("Error parsing count."))
+        return
+    wanted = int(args[1])
+    session = conn.session
+    if wanted > session.open_count(name):
+        conn.write(error("Not that many transactions open."))
+        return
+    if wanted:
+        reply = session.confirm(name, wanted)
+        if reply is not None:
+            failure = await conn.settle(reply)
+            if failure is not None:
+                conn.write(error(f"Confirm failed: {failure}"))
+                return
+    conn.write(count(wanted))
+
+
+async def cmd_flush(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``flush <queue>``: ``+0``."""
+    name = conn.queue_arg(args)
+    if name is None:
+        return
+    try:
+        conn.session.flush(name)
+    except SessionError as e:
+        conn.write(error(str(e)))
+        return
+    conn.write(ZERO)
+
+
+async def cmd_delete(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``delete <queue>``: ``+0``."""
+    name = conn.queue_arg(args)
+    if name is None:
+        return
+    try:
+        conn.session.delete(name)
+    except SessionError as e:
+        conn.write(error(str(e)))
+        return
+    conn.write(ZERO)
+
+
+async def cmd_status(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``status``: ``:<UP|WRITEAVOID|READONLY|QUIESCENT>`` (and a pending one during a grace
+    period); ``status <word>`` sets it: ``+0``."""
+    server = conn.server
+    if not args:
+        conn.write(item_line(server.describe_status().encode()))
+        return
+    try:
+        status = ServerStatus(args[0].decode("ascii", "replace").upper())
+    except ValueError:
+        conn.write(error("Unknown status."))
+        return
+    server.set_status(status)
+    conn.write(ZERO)
+
+
+async def cmd_version(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``version``: ``:<version>``."""
+    conn.write(item_line(__version__.encode()))
+
+
+async def cmd_quit(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``quit``: close the connection (no reply)."""
+    conn.close()
+
+
+async def cmd_shutdown(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
+    """``shutdown``: ``+0``, then the server stops gracefully."""
+    conn.write(ZERO)
+    conn.close()
+    conn.server.request_shutdown("shutdown command (text protocol)")
+
+
+_COMMANDS = {
+    b"put": cmd_put,
+    b"get": cmd_get,
+    b"peek": cmd_peek,
+    b"monitor": cmd_monitor,
+    b"confirm": cmd_confirm,
+    b"flush": cmd_flush,
+    b"delete": cmd_delete,
+    b"status": cmd_status,
+    b"version": cmd_version,
+    b"quit": cmd_quit,
+    b"shutdown": cmd_shutdown,
+}
+
+__all__ = ["TextConnection"]
