@@ -39,8 +39,15 @@ from kestreld.security import (
 from kestreld.security.tls_stream import TlsStream
 from kestreld.session.open_ids import OpenIds
 from kestreld.session.trace import SessionTrace
-from kestreld.state import ServerStatus, StartupError, load_status, save_status
+from kestreld.state import (
+    ServerStatus,
+    StartupError,
+    default_status_file,
+    load_status,
+    save_status,
+)
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
+from kestreld.status import StatusBoard
 
 log = structlog.get_logger("kestreld.server")
 
@@ -57,6 +64,9 @@ RESTART_KEYS = (
     "log_format",
     "checkpoint_interval",
     "expiration_timer_frequency",
+    "default_status",
+    "status_file",
+    "zookeeper",
     "tls_verify_client",
     "tls_handshake_timeout",
 )
@@ -65,6 +75,9 @@ TLS_REQUIRED = b"SERVER_ERROR this port requires TLS\r\n"
 
 #: Security files: their contents reload live; switching one on or off needs a restart.
 SECURITY_FILE_KEYS = ("tls_cert_file", "auth_file")
+
+#: How long a graceful stop waits to leave the server sets before closing the listeners.
+LEAVE_TIMEOUT = 5.0
 
 __all__ = ["RESTART_KEYS", "Server", "StartupError", "build_server_config", "run_server"]
 
@@ -83,7 +96,17 @@ class Server:
         self.connections: set[MemcacheConnection] = set()
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
         self.queues = QueueCollection(config, self.executor)
+        #: The status requests are checked against (the announced one after its grace period).
         self.status = ServerStatus.UP
+        #: Why writes / fetches are refused now (None: they are taken): the status in force
+        #: or the connection limits, judged when either changes, so a request reads one field.
+        self.writes_refused: str | None = None
+        self.reads_refused: str | None = None
+        self.status_board = StatusBoard(ServerStatus.UP, config.status_change_grace_period)
+        self._status_timer: asyncio.TimerHandle | None = None
+        #: This server's members of the ZooKeeper server sets ([zookeeper]), else None.
+        self.membership: Any = None
+        self.zookeeper_connected = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._server: asyncio.base_events.Server | None = None
         #: Every listener by front end ("memcache", "text", "thrift").
@@ -149,7 +172,9 @@ class Server:
         self._load_security()
         self._lock_folder()
         try:
-            self.status = load_status(self.config.queue_path)
+            status = load_status(self.status_path, ServerStatus(self.config.default_status))
+            self.status_board = StatusBoard(status, self.config.status_change_grace_period)
+            self._enforce(status)
             started = time.monotonic()
             try:
                 self.queues.load()
@@ -181,6 +206,14 @@ class Server:
                 )
             )
         await self._start_metrics()
+        if self.config.zookeeper is not None:
+            try:
+                self._join_server_sets()
+            except StartupError:
+                for listener in self.listeners.values():
+                    listener.close()
+                self._unlock()
+                raise
         addresses = {}
         for kind, listener in self.listeners.items():
             sock = listener.sockets[0].getsockname()
@@ -251,6 +284,49 @@ class Server:
         self.metrics = AdminServer(self)
         await self.metrics.start()
 
+    def _join_server_sets(self) -> None:
+        """Start following the status in the ZooKeeper server sets (in the background)."""
+        try:
+            from kestreld.cluster.member import Endpoint
+            from kestreld.cluster.membership import (
+                ServerSetMembership,
+                advertised_host,
+                is_loopback,
+            )
+        except ImportError as e:
+            raise StartupError(
+                f"[zookeeper] needs the kazoo library ({e}); install kestreld[zookeeper]"
+            ) from None
+        zk = self.config.zookeeper
+        assert zk is not None
+        try:
+            host = advertised_host(zk.advertise_address or self.config.listen_address)
+        except ValueError as e:
+            raise StartupError(f"zookeeper.advertise_address: {e}") from None
+        if is_loopback(host):
+            log.warning(
+                "zookeeper_advertises_loopback",
+                address=host,
+                hint="only clients on this host can use it; set zookeeper.advertise_address",
+            )
+        loop = self.loop
+
+        def connected(value: bool) -> None:  # from a kazoo thread
+            loop.call_soon_threadsafe(setattr, self, "zookeeper_connected", value)
+
+        endpoints = {
+            kind: Endpoint(host, listener.sockets[0].getsockname()[1])
+            for kind, listener in self.listeners.items()
+        }  # memcache is the main endpoint, else thrift, else text (as Kestrel)
+        self.membership = ServerSetMembership(zk, endpoints, on_connected=connected)
+        announced = self.status_board.announced
+        self.membership.want(announced.in_read_set, announced.in_write_set)
+        self.membership.start()
+
+    @property
+    def status_path(self) -> str:
+        return self.config.status_file or default_status_file(self.config.queue_path)
+
     @property
     def port(self) -> int:
         assert self._server is not None
@@ -287,7 +363,13 @@ class Server:
     # --- commands -----------------------------------------------------------------------
 
     def render_stats(self) -> bytes:
-        return render_stats(self.stats, self.queues, len(self.connections), __version__)
+        extra: list[tuple[str, object]] = [("status", self.status.value)]
+        pending = self.status_board.pending
+        if pending is not None:
+            extra.append(("status_pending", pending.value))
+        if self.membership is not None:
+            extra.append(("zookeeper_connected", int(self.zookeeper_connected)))
+        return render_stats(self.stats, self.queues, len(self.connections), __version__, extra)
 
     def render_dump_stats(self, names: list[str]) -> bytes:
         return render_dump_stats(self.queues, names)
@@ -343,6 +425,7 @@ class Server:
             self.session_trace = SessionTrace() if fresh.enable_session_trace else None
         self.config = fresh
         self.queues.reconfigure(fresh)
+        self._judge_refusals()  # the connection limits may have changed
         if needs_restart:
             log.warning("config_reload_needs_restart", keys=needs_restart)
         log.info("config_reloaded", source=self.config_path, needs_restart=needs_restart)
@@ -386,11 +469,83 @@ class Server:
         self.reload()
 
     def set_status(self, status: ServerStatus) -> None:
-        if status is self.status:
+        """Announce ``status`` (file, server sets) at once; enforce it after the grace period
+        when it is stricter than the status in force."""
+        board = self.status_board
+        old = board.announced
+        board.set_grace_period(self.config.status_change_grace_period)
+        if not board.change(status, self.loop.time()):
             return
-        save_status(self.config.queue_path, status)
-        log.info("status_changed", old=self.status.value, new=status.value)
+        try:
+            save_status(self.status_path, status)
+        except OSError as e:  # as Kestrel: the change applies, a restart will not remember it
+            log.error("status_not_saved", path=self.status_path, error=e.strerror or str(e))
+        if self.membership is not None:
+            self.membership.want(status.in_read_set, status.in_write_set)
+        self._enforce(board.enforced)
+        if self._status_timer is not None:
+            self._status_timer.cancel()
+            self._status_timer = None
+        left = board.seconds_left(self.loop.time())
+        if left is not None:
+            self._status_timer = self.loop.call_later(left, self._enforce_pending_status)
+        log.info(
+            "status_changed",
+            old=old.value,
+            new=status.value,
+            enforced=board.enforced.value,
+            grace_seconds=left,
+        )
+
+    def _enforce_pending_status(self) -> None:
+        self._status_timer = None
+        if self.status_board.expire(self.loop.time()):
+            self._enforce(self.status_board.enforced)
+            log.info("status_enforced", status=self.status.value)
+
+    def _enforce(self, status: ServerStatus) -> None:
         self.status = status
+        self._judge_refusals()
+
+    def _judge_refusals(self) -> None:
+        """Why writes and fetches are refused now: READONLY and QUIESCENT refuse writes
+        (WRITEAVOID only leaves the write server set), QUIESCENT refuses fetches, and so do
+        more connections than ``connection_limit_refuse_writes`` / ``_reads``."""
+        status = self.status
+        count = len(self.connections)
+        config = self.config
+        limit = config.connection_limit_refuse_writes
+        if status.refuses_writes:
+            self.writes_refused = f"server is {status.value}"
+        elif limit is not None and count > limit:
+            self.writes_refused = "too many connections for writes"
+        else:
+            self.writes_refused = None
+        limit = config.connection_limit_refuse_reads
+        if status.refuses_reads:
+            self.reads_refused = f"server is {status.value}"
+        elif limit is not None and count > limit:
+            self.reads_refused = "too many connections for reads"
+        else:
+            self.reads_refused = None
+
+    def connection_opened(self, conn: Any) -> None:
+        """A connection was accepted (front ends call this, and :meth:`connection_closed`)."""
+        self.connections.add(conn)
+        self._judge_refusals()
+
+    def connection_closed(self, conn: Any) -> None:
+        self.connections.discard(conn)
+        self._judge_refusals()
+
+    def describe_status(self) -> str:
+        """The ``status`` reply: the status in force, and a pending one with its seconds left."""
+        board = self.status_board
+        pending = board.pending
+        if pending is None:
+            return self.status.value
+        left = board.seconds_left(self.loop.time()) or 0.0
+        return f"{self.status.value} (pending {pending.value} in {left:.1f}s)"
 
     def request_shutdown(self, reason: str) -> None:
         log.info("shutdown_requested", reason=reason)
@@ -409,6 +564,13 @@ class Server:
         if self._stopped:
             return
         self._stopped = True
+        if self._status_timer is not None:
+            self._status_timer.cancel()
+        if self.membership is not None:
+            # Out of both server sets before the listeners close: clients stop choosing
+            # this server instead of finding it refusing connections.
+            left = await asyncio.to_thread(self.membership.leave, LEAVE_TIMEOUT)
+            log.info("server_sets_left" if left else "server_sets_not_left")
         for listener in self.listeners.values():
             listener.close()
         for task in self._tasks:
@@ -438,6 +600,8 @@ class Server:
         if self.authenticator is not None:
             self.authenticator.close()
         self.executor.shutdown(wait=True)
+        if self.membership is not None:
+            await asyncio.to_thread(self.membership.close)
         self._unlock()
         log.info("stopped")
 

@@ -1,7 +1,7 @@
 """What the running server is, as the protocol and stats layers may see it.
 
-- :class:`ServerStatus` (Kestrel 2.4): UP, READONLY or QUIESCENT, kept in the
-  queue folder so a restart comes back in the same status.
+- :class:`ServerStatus` (Kestrel 2.4): UP, WRITEAVOID, READONLY or QUIESCENT,
+  kept in the status file so a restart comes back in the same status.
 - :class:`ServerState`: the server's state and admin actions (a structural
   type), so ``protocol`` and ``stats`` never import ``kestreld.server``.
 - :class:`StartupError`: why the server (or one of its listeners) cannot start.
@@ -15,6 +15,8 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
+import structlog
+
 from kestreld.journal.files import STATUS_FILE
 
 if TYPE_CHECKING:
@@ -22,11 +24,49 @@ if TYPE_CHECKING:
     from kestreld.queues.collection import QueueCollection
     from kestreld.stats.counters import ServerStats
 
+log = structlog.get_logger("kestreld.state")
+
 
 class ServerStatus(Enum):
+    """Kestrel 2.4's statuses, loosest first; ``strictness`` orders them."""
+
     UP = "UP"
+    WRITEAVOID = "WRITEAVOID"  # writes accepted, but the server leaves the write server set
     READONLY = "READONLY"  # writes refused
     QUIESCENT = "QUIESCENT"  # reads and writes refused (draining before maintenance)
+
+    @property
+    def strictness(self) -> int:
+        return _STRICTNESS[self]
+
+    def stricter_than(self, other: ServerStatus) -> bool:
+        return _STRICTNESS[self] > _STRICTNESS[other]
+
+    @property
+    def refuses_writes(self) -> bool:
+        return self is ServerStatus.READONLY or self is ServerStatus.QUIESCENT
+
+    @property
+    def refuses_reads(self) -> bool:
+        return self is ServerStatus.QUIESCENT
+
+    @property
+    def in_read_set(self) -> bool:
+        """A member of ``<path_prefix>/read``: UP, WRITEAVOID or READONLY."""
+        return self is not ServerStatus.QUIESCENT
+
+    @property
+    def in_write_set(self) -> bool:
+        """A member of ``<path_prefix>/write``: UP only."""
+        return self is ServerStatus.UP
+
+
+_STRICTNESS = {
+    ServerStatus.UP: 1,
+    ServerStatus.WRITEAVOID: 2,
+    ServerStatus.READONLY: 3,
+    ServerStatus.QUIESCENT: 4,
+}
 
 
 class StartupError(Exception):
@@ -41,6 +81,13 @@ class ServerState(Protocol):
     stats: ServerStats
     queues: QueueCollection
     status: ServerStatus
+    #: Why writes / fetches are refused now (the status in force, the connection limits),
+    #: else None: kept current by the server, read once per request by sessions.
+    writes_refused: str | None
+    reads_refused: str | None
+    #: The server-set membership when [zookeeper] is configured, else None.
+    membership: Any
+    zookeeper_connected: bool
     connections: set[Any]
     loop: asyncio.AbstractEventLoop
     #: Called with (kind, seconds[, queue or reader name]) for "set", "get_hit" and
@@ -61,21 +108,42 @@ class ServerState(Protocol):
 
     def set_status(self, status: ServerStatus) -> None: ...
 
+    def describe_status(self) -> str: ...
+
+    def connection_opened(self, conn: Any) -> None: ...
+
+    def connection_closed(self, conn: Any) -> None: ...
+
     def request_shutdown(self, reason: str) -> None: ...
 
 
-def load_status(folder: str) -> ServerStatus:
-    """The persisted status; UP when there is none or it is unreadable."""
+def default_status_file(queue_path: str) -> str:
+    """Where the status is kept when ``status_file`` is not set: in the queue folder."""
+    return os.path.join(queue_path, STATUS_FILE)
+
+
+def load_status(path: str, default: ServerStatus = ServerStatus.UP) -> ServerStatus:
+    """The persisted status; ``default`` when there is none, or it is unreadable (logged)."""
     try:
-        with open(os.path.join(folder, STATUS_FILE)) as f:
-            return ServerStatus(f.read().strip().upper())
-    except (OSError, ValueError):
-        return ServerStatus.UP
+        with open(path) as f:
+            word = f.readline().strip().upper()
+    except FileNotFoundError:
+        return default
+    except OSError as e:
+        log.error("status_file_unreadable", path=path, error=e.strerror, status=default.value)
+        return default
+    try:
+        return ServerStatus(word)
+    except ValueError:
+        log.error("status_file_unparsable", path=path, found=word[:40], status=default.value)
+        return default
 
 
-def save_status(folder: str, status: ServerStatus) -> None:
+def save_status(path: str, status: ServerStatus) -> None:
     """Persist atomically so a restart comes back in the same status."""
-    path = os.path.join(folder, STATUS_FILE)
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
     tmp = path + "~~"
     with open(tmp, "w") as f:
         f.write(status.value + "\n")

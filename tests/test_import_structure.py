@@ -1,4 +1,5 @@
-"""Dependencies point one way: protocol -> session -> queues -> journal; stats reads state only.
+"""Dependencies point one way: protocol -> session -> queues -> journal; stats reads state only;
+cluster (ZooKeeper server sets) and client beside them.
 
 Two checks anyone can run: each layer imports alone in a fresh interpreter
 (without pulling in the layers above it), and a walk over the package's own
@@ -44,7 +45,12 @@ FORBIDDEN = {
         "kestreld.stats",
         "kestreld.protocol.commands",
     ],
-    "kestreld.session": ["kestreld.protocol", "kestreld.server", "kestreld.stats"],
+    "kestreld.session": [
+        "kestreld.protocol",
+        "kestreld.server",
+        "kestreld.stats",
+        "kestreld.cluster",
+    ],
     # The session trace is a leaf: the server makes it, the session holds one per client.
     "kestreld.session.trace": [
         "kestreld.queues",
@@ -56,7 +62,7 @@ FORBIDDEN = {
     "kestreld.stats": ["kestreld.protocol", "kestreld.server"],
     "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
     "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
-    "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server"],
+    "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server", "kazoo"],
     # Who may connect and do what: beside the queues, below every front end.
     "kestreld.security": [
         "kestreld.protocol",
@@ -65,6 +71,18 @@ FORBIDDEN = {
         "kestreld.journal",
         "kestreld.stats",
     ],
+    # Cluster membership (ZooKeeper server sets) sits beside the server: the server hands
+    # it endpoints and statuses; the member codec is shared with the client without kazoo.
+    "kestreld.cluster.membership": [
+        "kestreld.server",
+        "kestreld.protocol",
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.stats",
+    ],
+    "kestreld.cluster.member": ["kazoo", "kestreld.config", "kestreld.server"],
+    "kestreld.status": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
+    "kestreld.client": ["kazoo", "kestreld.server", "kestreld.protocol", "kestreld.queues"],
     # Kestrel's text and thrift front ends: framing and replies over the session.
     "kestreld.protocol.text_parser": ["kestreld.queues", "kestreld.session", "kestreld.server"],
     "kestreld.protocol.thrift_codec": ["kestreld.queues", "kestreld.session", "kestreld.server"],
@@ -134,6 +152,7 @@ DIRECT_FORBIDDEN = [
     ("kestreld.session", "kestreld.protocol"),  # the session knows no wire syntax
     ("kestreld.session", "kestreld.server"),
     ("kestreld.session", "kestreld.stats"),
+    ("kestreld.session", "kestreld.cluster"),
     ("kestreld.queues", "kestreld.session"),
     ("kestreld.journal", "kestreld.session"),
     ("kestreld.protocol", "kestreld.server"),
@@ -144,6 +163,12 @@ DIRECT_FORBIDDEN = [
     ("kestreld.queues", "kestreld.server"),
     ("kestreld.journal", "kestreld.queues"),
     ("kestreld.journal", "kestreld.protocol"),
+    ("kestreld.cluster", "kestreld.server"),
+    ("kestreld.cluster", "kestreld.protocol"),
+    ("kestreld.cluster", "kestreld.queues"),
+    ("kestreld.cluster", "kestreld.client"),
+    ("kestreld.client", "kestreld.server"),
+    ("kestreld.client", "kestreld.protocol"),
     ("kestreld.security", "kestreld.protocol"),
     ("kestreld.security", "kestreld.server"),
     ("kestreld.security", "kestreld.queues"),

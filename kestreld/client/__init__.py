@@ -15,6 +15,7 @@
 
 from kestreld.client.async_client import AsyncClient
 from kestreld.client.cluster import ServerState
+from kestreld.client.discovery import Discovery
 from kestreld.client.errors import (
     AuthenticationFailed,
     ClientError,
@@ -38,6 +39,7 @@ __all__ = [
     "ClientError",
     "CommandError",
     "ConnectionFailed",
+    "Discovery",
     "Item",
     "ItemState",
     "KestrelError",

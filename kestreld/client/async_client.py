@@ -125,18 +125,19 @@ class AsyncClient(ClusterOperations[AsyncConnection]):
         return await self._on_all(methodcaller("version"))
 
     async def status(self) -> dict[str, str]:
-        """``host:port`` -> ``UP``, ``READONLY`` or ``QUIESCENT``, for every server that answered."""
+        """``host:port`` -> the ``status`` reply (``UP``, ``WRITEAVOID``, ``READONLY``, ``QUIESCENT``), for every server that answered."""
         raw = await self._on_all(methodcaller("command", "status"))
         return {address: reply.decode("ascii", "replace") for address, reply in raw.items()}
 
     async def set_status(self, server: str, status: str) -> None:
-        """Set one server's status (``up``, ``readonly`` or ``quiescent``); ``server`` is ``host:port``."""
+        """Set one server's status (``up``, ``writeavoid``, ``readonly`` or ``quiescent``); ``server`` is ``host:port``."""
         request = methodcaller("command", f"status {check_status(status)}")
         await self._drive(self._call(self.cluster.server(server), request))
 
     async def close(self) -> None:
         """Close every connection; items still open go back to their queues."""
-        for pool in self._pools.values():
+        await asyncio.to_thread(self._close_discovery)
+        for pool in list(self._pools.values()):
             pool.close()
 
     async def __aenter__(self) -> AsyncClient:

@@ -13,6 +13,12 @@ holds no connections; it only decides:
   tried again once that period is over; one success makes it fully up;
 - when every server is down, all of them are offered anyway, soonest
   retry first, so that a cluster that comes back is used at once.
+
+A cluster found through ZooKeeper (:mod:`kestreld.client.discovery`) has two
+lists that change while the client runs (:meth:`Cluster.set_members`):
+reads visit the read set, writes go to the write set.  A server that left
+both is still known by its address, so that its open items can be
+confirmed or aborted.
 """
 
 from __future__ import annotations
@@ -94,45 +100,86 @@ class Cluster:
         max_down_period: float = 60.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        discovered: bool = False,
     ) -> None:
+        #: The servers reads visit (every server, unless discovered: the read set).
         self.servers: list[ServerState] = [ServerState(*parse_server(s)) for s in servers]
-        if not self.servers:
+        if not self.servers and not discovered:
             raise ValueError("a client needs at least one server")
         addresses = [s.address for s in self.servers]
         if len(set(addresses)) != len(addresses):
             raise ValueError(f"a server is listed twice: {addresses}")
+        #: The servers writes go to; None: the same as :attr:`servers`.
+        self._writers: list[ServerState] | None = [] if discovered else None
+        #: Every server ever in the cluster, by address (items name their server).
+        self._known: dict[str, ServerState] = {s.address: s for s in self.servers}
+        #: Bumped by every membership change.
+        self.version = 0
         if down_period <= 0 or max_down_period < down_period:
             raise ValueError("need 0 < down_period <= max_down_period")
         self.down_period = down_period
         self.max_down_period = max_down_period
         self.clock = clock
         self._rng = rng or random.Random()
-        self._cursor = self._rng.randrange(len(self.servers))
+        self._cursor = self._rng.randrange(len(self.servers)) if self.servers else 0
         self._lock = threading.Lock()
 
+    def set_members(
+        self, read: Iterable[tuple[str, int]], write: Iterable[tuple[str, int]]
+    ) -> None:
+        """The read and write sets now (discovery): later operations use them.
+
+        A server keeps its health across changes; one that left both sets stays
+        known by address for the items it still has open.
+        """
+        with self._lock:
+
+            def states(members: Iterable[tuple[str, int]]) -> list[ServerState]:
+                out = []
+                for host, port in sorted(set(members)):
+                    state = ServerState(host, port)
+                    state = self._known.setdefault(state.address, state)
+                    out.append(state)
+                return out
+
+            old_read = [s.address for s in self.servers]
+            old_write = [s.address for s in self._writers or []]
+            self.servers = states(read)
+            self._writers = states(write)
+            self.version += 1
+            new_read = [s.address for s in self.servers]
+            new_write = [s.address for s in self._writers]
+        if (old_read, old_write) != (new_read, new_write):
+            log.info("cluster_members", read=new_read, write=new_write)
+
     def server(self, address: str) -> ServerState:
-        """The server named ``host:port``; KeyError if it is not in the cluster."""
-        for state in self.servers:
-            if state.address == address:
-                return state
-        raise KeyError(address)
+        """The server named ``host:port``; KeyError if it was never in the cluster."""
+        return self._known[address]
+
+    def writers(self) -> list[ServerState]:
+        """The servers that take writes (the write set when discovered)."""
+        return self.servers if self._writers is None else self._writers
 
     def write_order(self) -> list[ServerState]:
         """The servers to try for a write: the first is a random one that is up."""
         now = self.clock()
         with self._lock:
-            up = [s for s in self.servers if s.is_up(now)]
+            writers = self.writers()
+            up = [s for s in writers if s.is_up(now)]
             if not up:
-                return sorted(self.servers, key=lambda s: s.down_until)
+                return sorted(writers, key=lambda s: s.down_until)
             self._rng.shuffle(up)
             return up
 
     def rotation(self) -> list[ServerState]:
         """Every server, starting one further along the list on every call."""
         with self._lock:
-            start = self._cursor
-            self._cursor = (start + 1) % len(self.servers)
-        return self.servers[start:] + self.servers[:start]
+            servers = self.servers
+            if not servers:
+                return []
+            start = self._cursor % len(servers)
+            self._cursor = (start + 1) % len(servers)
+        return servers[start:] + servers[:start]
 
     def available(self, servers: Sequence[ServerState]) -> list[ServerState]:
         """Those of ``servers`` that are up, in their order; all of them, soonest retry first, if none is."""
@@ -146,7 +193,9 @@ class Cluster:
 
     def everyone(self) -> Sequence[ServerState]:
         """Every server, up or down, in list order (for stats and admin commands)."""
-        return list(self.servers)
+        servers = list(self.servers)
+        servers.extend(s for s in self.writers() if s not in servers)
+        return servers
 
     def admin_targets(self) -> tuple[list[ServerState], list[ServerState]]:
         """(servers to ask, servers skipped) for an operation on every server.
@@ -156,10 +205,11 @@ class Cluster:
         every server is down, all of them are asked, as for reads and writes.
         """
         now = self.clock()
-        up = [s for s in self.servers if s.is_up(now)]
+        everyone = self.everyone()
+        up = [s for s in everyone if s.is_up(now)]
         if not up:
-            return list(self.servers), []
-        return up, [s for s in self.servers if not s.is_up(now)]
+            return list(everyone), []
+        return up, [s for s in everyone if not s.is_up(now)]
 
     def mark_down(
         self, state: ServerState, error: BaseException | str, started: float | None = None
@@ -205,4 +255,4 @@ class Cluster:
     def seconds_until_retry(self) -> float:
         """How long until some server may be tried again (0 when one is up)."""
         now = self.clock()
-        return max(0.0, min(s.down_until for s in self.servers) - now)
+        return max(0.0, min((s.down_until for s in self.everyone()), default=now) - now)

@@ -17,11 +17,12 @@ and ``time.sleep``, :class:`~kestreld.client.AsyncClient` with ``await`` and
 from __future__ import annotations
 
 import ssl
+import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from operator import methodcaller
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import structlog
 
@@ -43,6 +44,9 @@ from kestreld.client.errors import (
 from kestreld.client.item import Item, ItemState
 from kestreld.client.pool import ConnectionPool, PooledConnection
 from kestreld.client.wire import Data, Expiry, check_queue_name, chunks, exptime, read_key, to_bytes
+
+if TYPE_CHECKING:
+    from kestreld.client.discovery import Discovery
 
 T = TypeVar("T")
 C = TypeVar("C", bound=PooledConnection)
@@ -82,8 +86,10 @@ class ClusterOperations(Generic[C]):
 
     def __init__(
         self,
-        servers: Sequence[ServerSpec] = ("127.0.0.1:22133",),
+        servers: Sequence[ServerSpec] | None = None,
         *,
+        zookeeper: str | None = None,
+        discovery: Discovery | None = None,
         connect_timeout: float = 2.0,
         timeout: float = 5.0,
         down_period: float = 5.0,
@@ -94,26 +100,69 @@ class ClusterOperations(Generic[C]):
         password: str | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
+        if sum(x is not None for x in (servers, zookeeper, discovery)) > 1:
+            raise ValueError("give servers, zookeeper or discovery, not several")
         if isinstance(servers, str):
             servers = [servers]
-        self.cluster = Cluster(servers, down_period=down_period, max_down_period=max_down_period)
+        if zookeeper is not None:
+            from kestreld.client.discovery import Discovery
+
+            discovery = Discovery(zookeeper)
+            self._owned_discovery: Discovery | None = discovery
+        else:
+            self._owned_discovery = None
+        #: The ZooKeeper server sets this client follows, or None (a fixed server list).
+        self.discovery = discovery
+        self.cluster = Cluster(
+            ()
+            if discovery is not None
+            else servers
+            if servers is not None
+            else ("127.0.0.1:22133",),
+            down_period=down_period,
+            max_down_period=max_down_period,
+            discovered=discovery is not None,
+        )
         self.poll_interval = poll_interval
-        self._pools: dict[str, ConnectionPool[C]] = {
-            s.address: ConnectionPool(
-                partial(
-                    self.connection,
-                    s.host,
-                    s.port,
-                    connect_timeout=connect_timeout,
-                    timeout=timeout,
-                    username=username,
-                    password=password,
-                    tls=tls,
-                ),
-                max_idle_connections,
-            )
-            for s in self.cluster.servers
-        }
+        self._connect_timeout = connect_timeout
+        self._timeout = timeout
+        self._max_idle = max_idle_connections
+        self._username = username
+        self._password = password
+        self._tls = tls
+        self._pools: dict[str, ConnectionPool[C]] = {}
+        self._pools_lock = threading.Lock()
+        if discovery is not None:
+            discovery.subscribe(self.cluster.set_members)
+            if self._owned_discovery is not None:
+                discovery.start()
+
+    def _pool(self, state: ServerState) -> ConnectionPool[C]:
+        """The connection pool of ``state`` (made on first use: discovered servers come and go)."""
+        pool = self._pools.get(state.address)
+        if pool is None:
+            with self._pools_lock:
+                pool = self._pools.get(state.address)
+                if pool is None:
+                    factory = partial(
+                        self.connection,
+                        state.host,
+                        state.port,
+                        connect_timeout=self._connect_timeout,
+                        timeout=self._timeout,
+                        username=self._username,
+                        password=self._password,
+                        tls=self._tls,
+                    )
+                    pool = self._pools[state.address] = ConnectionPool(factory, self._max_idle)
+        return pool
+
+    def _close_discovery(self) -> None:
+        """Stop following the server sets, when this client started doing so."""
+        if self._owned_discovery is not None:
+            self._owned_discovery.close()
+        elif self.discovery is not None:
+            self.discovery.unsubscribe(self.cluster.set_members)
 
     @property
     def servers(self) -> list[ServerState]:
@@ -128,7 +177,7 @@ class ClusterOperations(Generic[C]):
         A broken connection is discarded (and the server marked down); after
         an error reply, and after success, the caller still owns ``conn``.
         """
-        pool = self._pools[state.address]
+        pool = self._pool(state)
         started = self.cluster.clock()
         try:
             result = yield Run(conn, request)
@@ -148,7 +197,7 @@ class ClusterOperations(Generic[C]):
 
     def _call(self, state: ServerState, request: Callable[[C], Any]) -> Operation[Any]:
         """``request`` on a pooled connection to ``state``, given back afterwards."""
-        pool = self._pools[state.address]
+        pool = self._pool(state)
         conn = pool.acquire()
         try:
             result = yield from self._run(state, conn, request)
@@ -254,12 +303,16 @@ class ClusterOperations(Generic[C]):
         """
         clock = self.cluster.clock
         deadline = clock() + timeout if timeout else None
-        alone = len(self.cluster.servers) == 1
         backoff = MIN_BACKOFF
         first_round = True
         answered = False
+        version = self.cluster.version
         rotation = self.cluster.rotation()  # one order for every round: even gaps between visits
         while True:
+            if self.cluster.version != version:  # the server sets changed (discovery)
+                version = self.cluster.version
+                rotation = self.cluster.rotation()
+            alone = len(rotation) == 1
             waited = False
             for state in self.cluster.available(rotation):
                 wait = 0.0
@@ -269,7 +322,7 @@ class ClusterOperations(Generic[C]):
                         wait = min(remaining, MAX_WAIT_SLICE if alone else self.poll_interval)
                     elif not first_round:
                         break  # out of time; the first round asks everyone all the same
-                pool = self._pools[state.address]
+                pool = self._pool(state)
                 conn = pool.acquire()
                 request = methodcaller("get", read_key(queue, wait=wait, open=open_), wait)
                 try:
@@ -307,7 +360,7 @@ class ClusterOperations(Generic[C]):
         if not item.is_open:
             return False
         state, conn = self._unpin(item)
-        pool = self._pools[item.server]
+        pool = self._pool(state)
         try:
             ok = yield from self._run(state, conn, methodcaller("confirm", item.queue))
         except ConnectionFailed as e:
@@ -326,7 +379,7 @@ class ClusterOperations(Generic[C]):
         if not item.is_open:
             return False
         state, conn = self._unpin(item)
-        pool = self._pools[item.server]
+        pool = self._pool(state)
         item.state = ItemState.ABORTED
         try:
             yield from self._run(state, conn, methodcaller("get", read_key(item.queue, abort=True)))
@@ -345,7 +398,7 @@ class ClusterOperations(Generic[C]):
         the same) or the connection broke (``prev`` goes back to its queue).
         """
         state, conn = self._unpin(prev)
-        pool = self._pools[prev.server]
+        pool = self._pool(state)
         request = methodcaller("get", read_key(prev.queue, close=True, open=True))
         try:
             data = yield from self._run(state, conn, request)

@@ -186,18 +186,19 @@ class Client(ClusterOperations[Connection]):
         return self._on_all(methodcaller("version"))
 
     def status(self) -> dict[str, str]:
-        """``host:port`` -> ``UP``, ``READONLY`` or ``QUIESCENT``, for every server that answered."""
+        """``host:port`` -> the ``status`` reply (``UP``, ``WRITEAVOID``, ``READONLY``, ``QUIESCENT``), for every server that answered."""
         raw = self._on_all(methodcaller("command", "status"))
         return {address: reply.decode("ascii", "replace") for address, reply in raw.items()}
 
     def set_status(self, server: str, status: str) -> None:
-        """Set one server's status (``up``, ``readonly`` or ``quiescent``); ``server`` is ``host:port``."""
+        """Set one server's status (``up``, ``writeavoid``, ``readonly`` or ``quiescent``); ``server`` is ``host:port``."""
         request = methodcaller("command", f"status {check_status(status)}")
         self._drive(self._call(self.cluster.server(server), request))
 
     def close(self) -> None:
         """Close every connection; items still open go back to their queues."""
-        for pool in self._pools.values():
+        self._close_discovery()
+        for pool in list(self._pools.values()):
             pool.close()
 
     def __enter__(self) -> Client:

@@ -31,7 +31,7 @@ RELATIVE_EXPIRY_LIMIT = 1_000_000
 PIPELINE_ITEMS = 1000
 PIPELINE_BYTES = 1 << 20
 #: What ``status <new>`` accepts.
-STATUSES = ("up", "readonly", "quiescent")
+STATUSES = ("up", "writeavoid", "readonly", "quiescent")
 
 Data = bytes | bytearray | memoryview | str
 Expiry = float | int | timedelta | None
@@ -135,7 +135,7 @@ def chunks(items: list[bytes]) -> Iterator[list[bytes]]:
 
 
 def check_status(status: str) -> str:
-    """``status`` lower-cased if the server accepts it (``up``, ``readonly``, ``quiescent``), else ValueError."""
+    """``status`` lower-cased if the server accepts it (``up``, ``writeavoid``, ``readonly``, ``quiescent``), else ValueError."""
     wanted = status.lower() if isinstance(status, str) else ""
     if wanted not in STATUSES:
         raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")

@@ -10,6 +10,7 @@ integers (milliseconds) or strings with a unit ("100ms", "30s").
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ def _parse_unit(key: str, value: Any, units: dict[str, int], what: str) -> int:
     if isinstance(value, float):
         raise ConfigError(f"{key}: expected an integer {what}, got {value!r}")
     if isinstance(value, str):
+        if value.strip().startswith("-"):
+            raise ConfigError(f"{key}: must not be negative (got {value!r})")
         m = _UNIT_RE.fullmatch(value)
         if m:
             unit = m.group(2).lower()
@@ -185,6 +188,110 @@ _DURATION_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _DURATION}
 _SIZE_KEYS = {k for k, kind in QUEUE_KEYS.items() if kind == _SIZE}
 
 
+STATUSES = ("UP", "WRITEAVOID", "READONLY", "QUIESCENT")
+ZOOKEEPER_ACLS = ("open_unsafe", "everyone_read_creator_all")
+ZOOKEEPER_PORT = 2181
+DEFAULT_ZOOKEEPER_HOSTS = f"127.0.0.1:{ZOOKEEPER_PORT}"
+
+
+@dataclass(slots=True, frozen=True)
+class ZooKeeperConfig:
+    """``[zookeeper]``: the ensemble, and where this server joins its server sets."""
+
+    hosts: str = DEFAULT_ZOOKEEPER_HOSTS  # "zk1:2181,zk2:2181"
+    path_prefix: str = ""  # required: members go to <path_prefix>/read and /write
+    session_timeout: int = 10_000  # ms
+    credentials: str | None = None  # "user:password", ZooKeeper digest auth
+    acl: str = "open_unsafe"  # or everyone_read_creator_all (needs credentials)
+    advertise_address: str | None = None  # None: listen_address
+
+    def host_list(self) -> list[tuple[str, int]]:
+        """``hosts`` as (host, port) pairs (validated at load)."""
+        return parse_zookeeper_hosts("zookeeper.hosts", self.hosts)
+
+
+def parse_zookeeper_hosts(key: str, text: str) -> list[tuple[str, int]]:
+    """``"zk1:2181,zk2"`` as [(host, port)]; ConfigError naming ``key`` when malformed."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        host, port = part, str(ZOOKEEPER_PORT)
+        if part.startswith("["):  # [::1]:2181
+            host, _, rest = part[1:].partition("]")
+            if rest and not rest.startswith(":"):
+                host = ""
+            port = rest[1:] if rest else port
+        elif part.count(":") == 1:
+            host, _, port = part.partition(":")
+        if not host or not re.fullmatch(r"[A-Za-z0-9._:-]+", host):
+            raise ConfigError(f"{key}: {part!r} is not host:port (in {text!r})")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"{key}: {part!r} has no valid port (in {text!r})")
+        out.append((host, int(port)))
+    return out
+
+
+_ZOOKEEPER_KEYS = {
+    "hosts",
+    "path_prefix",
+    "session_timeout",
+    "credentials",
+    "acl",
+    "advertise_address",
+}
+
+
+def _zookeeper_config(raw: Any) -> ZooKeeperConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError("zookeeper: expected a table [zookeeper]")
+    for key in raw:
+        if key not in _ZOOKEEPER_KEYS:
+            raise ConfigError(f"zookeeper.{key}: unknown setting")
+    values: dict[str, Any] = {}
+    for key in ("hosts", "path_prefix", "credentials", "acl", "advertise_address"):
+        if key in raw:
+            values[key] = _parse_str(f"zookeeper.{key}", raw[key])
+    hosts = values.get("hosts", DEFAULT_ZOOKEEPER_HOSTS)
+    if "/" in hosts:
+        raise ConfigError(f"zookeeper.hosts: {hosts!r} has a path; put it in zookeeper.path_prefix")
+    parse_zookeeper_hosts("zookeeper.hosts", hosts)
+    prefix = values.get("path_prefix", "")
+    if not prefix:
+        raise ConfigError(
+            'zookeeper.path_prefix: required (for example "/kestrel/prod": members '
+            "join <path_prefix>/read and <path_prefix>/write)"
+        )
+    if not prefix.startswith("/") or prefix.endswith("/") or "//" in prefix:
+        raise ConfigError(
+            f"zookeeper.path_prefix: {prefix!r} must be an absolute path like /kestrel/prod"
+        )
+    if "session_timeout" in raw:
+        values["session_timeout"] = parse_duration(
+            "zookeeper.session_timeout", raw["session_timeout"]
+        )
+        if values["session_timeout"] < 100:
+            raise ConfigError("zookeeper.session_timeout: at least 100ms")
+    acl = values.get("acl", "open_unsafe")
+    if acl not in ZOOKEEPER_ACLS:
+        raise ConfigError(
+            f"zookeeper.acl: unknown ACL {acl!r}; expected one of {', '.join(ZOOKEEPER_ACLS)}"
+        )
+    credentials = values.get("credentials")
+    if credentials is not None and (":" not in credentials or credentials.startswith(":")):
+        raise ConfigError('zookeeper.credentials: expected "user:password"')
+    if acl == "everyone_read_creator_all" and credentials is None:
+        raise ConfigError(
+            "zookeeper.acl: everyone_read_creator_all needs zookeeper.credentials "
+            "(the creator is the authenticated user)"
+        )
+    if importlib.util.find_spec("kazoo") is None:
+        raise ConfigError(
+            "zookeeper: needs the kazoo library, which is not installed; "
+            "install kestreld[zookeeper] (pip install 'kestreld[zookeeper]')"
+        )
+    return ZooKeeperConfig(**values)
+
+
 @dataclass(slots=True, frozen=True)
 class ServerConfig:
     """Server-wide settings plus the per-queue configuration tree."""
@@ -205,6 +312,13 @@ class ServerConfig:
     metrics_address: str | None = None  # defaults to listen_address
     log_level: str = "info"
     log_format: str = "console"
+    # --- status and cluster membership (Kestrel 2.4) ---
+    default_status: str = "UP"  # the status when the status file does not exist yet
+    status_file: str | None = None  # None: .kestreld-status in queue_path
+    status_change_grace_period: int = 0  # ms before a stricter status is enforced
+    connection_limit_refuse_writes: int | None = None  # above this many connections
+    connection_limit_refuse_reads: int | None = None
+    zookeeper: ZooKeeperConfig | None = None  # [zookeeper]: join the server sets
     # --- security (docs/operations.md, Security) ---
     tls_cert_file: str | None = None  # TLS on the memcache port when set (with tls_key_file)
     tls_key_file: str | None = None
@@ -263,6 +377,11 @@ SERVER_KEYS: dict[str, str] = {
     "metrics_address": _STR,
     "log_level": _STR,
     "log_format": _STR,
+    "default_status": _STR,
+    "status_file": _STR,
+    "status_change_grace_period": _DURATION,
+    "connection_limit_refuse_writes": _INT,
+    "connection_limit_refuse_reads": _INT,
     # security
     "tls_cert_file": _STR,
     "tls_key_file": _STR,
@@ -367,6 +486,8 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
             if not isinstance(raw, dict):
                 raise ConfigError("queues: expected tables like [queues.NAME]")
             tables = raw
+        elif key == "zookeeper":
+            server["zookeeper"] = _zookeeper_config(raw)
         elif key == "aliases":
             if not isinstance(raw, dict):
                 raise ConfigError("aliases: expected tables like [aliases.NAME]")
@@ -393,6 +514,10 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         raise ConfigError("admin_token: at least 16 characters (a random string)")
     if server.get("max_line_length", 8 * KiB) < 64:
         raise ConfigError("max_line_length: must be at least 64 bytes")
+    if "default_status" in server:
+        server["default_status"] = server["default_status"].upper()
+        if server["default_status"] not in STATUSES:
+            raise ConfigError(f"default_status: expected one of {', '.join(STATUSES)}")
     _check_security(server)
 
     default_queue = QueueConfig(**defaults)

@@ -226,10 +226,12 @@ def _get_many(conn: MemcacheConnection, keys: list[bytes], with_cas: bool) -> No
             return
         f.with_id = with_cas  # type: ignore[union-attr]
         parsed.append(f)
-    if conn.server.status is ServerStatus.QUIESCENT:
-        conn.out.append(server_error("server is QUIESCENT"))
-        return
     session = conn.session
+    try:
+        session.check_readable()
+    except NotWritable as e:
+        conn.out.append(server_error(str(e)))
+        return
     for f in parsed:
         session.fetch(f, False)
         conn.answer_fetch(f, False)
@@ -401,16 +403,21 @@ def cmd_quit(conn: MemcacheConnection, args: list[bytes]) -> None:
 
 
 def cmd_status(conn: MemcacheConnection, args: list[bytes]) -> None:
-    """``status``: the server status; ``status <UP|READONLY|QUIESCENT>`` sets it."""
+    """``status``: the status in force (and a pending one, during a grace period);
+    ``status <UP|WRITEAVOID|READONLY|QUIESCENT>`` (any case) sets it."""
     server = conn.server
     if len(args) < 2:
-        conn.out.append(server.status.value.encode() + b"\r\n")
+        conn.out.append(server.describe_status().encode() + b"\r\n")
         return
     wanted = args[1].decode("ascii", "replace").upper()
     try:
         status = ServerStatus(wanted)
     except ValueError:
-        conn.out.append(client_error(f"unknown status {wanted.lower()[:40]}"))
+        conn.out.append(
+            client_error(
+                f"unknown status {wanted.lower()[:40]} (up, writeavoid, readonly or quiescent)"
+            )
+        )
         return
     server.set_status(status)
     conn.out.append(END)

@@ -67,7 +67,6 @@ OUTPUT_FLUSH_SIZE = 256 * 1024
 OUTPUT_HOLD_LIMIT = 1024 * 1024
 
 INTERNAL_ERROR = server_error("internal error")
-QUIESCENT = server_error("server is QUIESCENT")
 
 
 class Connection(Sink):
@@ -131,14 +130,14 @@ class Connection(Sink):
             self.closing = self.closed = True
             transport.close()
             return
-        server.connections.add(self)
+        server.connection_opened(self)
         self.stats.total_connections += 1
         self.session.begin(self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
         client_caused = not self.closing
         self.closing = self.closed = True
-        self.server.connections.discard(self)
+        self.server.connection_closed(self)
         if exc is not None:
             log.info("connection_error", peer=self.peer, error=str(exc))
         self.session.close(client_caused)
@@ -383,8 +382,8 @@ class Connection(Sink):
             parts.append(END)
         elif outcome == BUSY:
             parts.append(ERROR)
-        elif outcome == REFUSED:
-            parts.append(QUIESCENT)
+        elif outcome == REFUSED:  # the status or the connection count: the session says which
+            parts.append(server_error(self.session.read_refusal() or "reads refused"))
         elif outcome == LIMITED:
             limit = self.server.config.max_queues
             parts.append(

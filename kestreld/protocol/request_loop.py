@@ -95,14 +95,14 @@ class RequestConnection(asyncio.Protocol):
             self.closing = self.closed = True
             transport.close()
             return
-        server.connections.add(self)
+        server.connection_opened(self)
         self.stats.total_connections += 1
         self.task = server.loop.create_task(self._run())
 
     def connection_lost(self, exc: Exception | None) -> None:
         client_caused = not self.closing
         self.closing = self.closed = True
-        self.server.connections.discard(self)
+        self.server.connection_closed(self)
         if exc is not None:
             log.info("connection_error", peer=self.peer, error=str(exc))
         self._end_session(client_caused)

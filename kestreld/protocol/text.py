@@ -227,7 +227,7 @@ async def _fetch(conn: TextConnection, args: list[bytes], peek: bool) -> None:
     if outcome == ITEM:
         conn.write(item_line(f.item.data))  # type: ignore[union-attr]
     elif outcome == REFUSED:
-        conn.write(error(f"server is {conn.server.status.value}"))
+        conn.write(error(conn.session.read_refusal() or "reads refused"))
     elif outcome == BUSY:
         limit = conn.session.max_open_reads()
         conn.write(error(f"Too many open transactions; limit={limit}"))
@@ -334,10 +334,11 @@ async def cmd_delete(conn: TextConnection, args: list[bytes], items: list[bytes]
 
 
 async def cmd_status(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
-    """``status``: ``:<UP|READONLY|QUIESCENT>``; ``status <word>`` sets it: ``+0``."""
+    """``status``: ``:<UP|WRITEAVOID|READONLY|QUIESCENT>`` (and a pending one during a grace
+    period); ``status <word>`` sets it: ``+0``."""
     server = conn.server
     if not args:
-        conn.write(item_line(server.status.value.encode()))
+        conn.write(item_line(server.describe_status().encode()))
         return
     try:
         status = ServerStatus(args[0].decode("ascii", "replace").upper())

@@ -47,6 +47,8 @@ _TO_THRIFT = {
     ServerStatus.QUIESCENT: codec.kestrel.Status.QUIESCENT,
 }
 _FROM_THRIFT = {v: k for k, v in _TO_THRIFT.items()}
+# Kestrel's thrift Status has no WRITEAVOID: it serves reads and writes, as UP does.
+_TO_THRIFT[ServerStatus.WRITEAVOID] = codec.kestrel.Status.UP
 _Item = codec.kestrel.Item
 _QueueInfo = codec.kestrel.QueueInfo
 
@@ -303,7 +305,7 @@ async def get(conn: ThriftConnection, args: Any) -> list:
         if outcome == REFUSED:
             if items:
                 break
-            raise CallError(codec.INTERNAL_ERROR, f"server is {conn.server.status.value}")
+            raise CallError(codec.INTERNAL_ERROR, conn.session.read_refusal() or "reads refused")
         if outcome == LIMITED:
             raise CallError(codec.INTERNAL_ERROR, _too_many_queues(conn, name))
         if outcome != ITEM:
@@ -350,7 +352,7 @@ async def peek(conn: ThriftConnection, args: Any) -> Any:
     f.peek = True
     outcome = await conn.fetch(f)
     if outcome == REFUSED:
-        raise CallError(codec.INTERNAL_ERROR, f"server is {conn.server.status.value}")
+        raise CallError(codec.INTERNAL_ERROR, conn.session.read_refusal() or "reads refused")
     if outcome == LIMITED:
         raise CallError(codec.INTERNAL_ERROR, _too_many_queues(conn, name))
     stats = conn.session.queue_stats(name)

@@ -16,7 +16,8 @@ class PutFailed(SessionError):
 
 
 class NotWritable(SessionError):
-    """The server's status refuses the request (READONLY, QUIESCENT): ``server is <status>``."""
+    """The server refuses the request now: its status (READONLY, QUIESCENT: ``server is
+    <status>``) or its connection count (``too many connections for writes`` / ``reads``)."""
 
 
 class NoOpenRead(SessionError):

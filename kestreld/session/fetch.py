@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 ITEM = 0  # ``item`` is the reply's item
 MISS = 1  # no item (a get's empty reply)
 WAIT = 2  # a wait began: the listener's ``wait_ended`` follows
-REFUSED = 3  # the server's status refuses reads (QUIESCENT)
+REFUSED = 3  # the server refuses fetches (QUIESCENT, or too many connections for reads)
 BUSY = 4  # a read of this queue is open and the get may not open another (memcache ERROR)
 GONE = 5  # a wait ended with nothing to add: its /close failed and replaced the reply
 LIMITED = 6  # a new queue name beyond max_queues: refused, nothing created

@@ -61,7 +61,6 @@ from kestreld.session.errors import (
 )
 from kestreld.session.fetch import BUSY, GONE, ITEM, LIMITED, MISS, REFUSED, WAIT, Fetch
 from kestreld.session.reply import CONFIRM, PendingReply, pending_put
-from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
     from kestreld.queues.item import QueueItem
@@ -70,10 +69,6 @@ if TYPE_CHECKING:
     from kestreld.state import ServerState
 
 log = structlog.get_logger("kestreld.session")
-
-# Read per request: module constants, not an attribute lookup on the enum class each time.
-_UP = ServerStatus.UP
-_QUIESCENT = ServerStatus.QUIESCENT
 
 __all__ = ["Session"]
 
@@ -193,16 +188,27 @@ class Session:
         principal = self.principal
         return principal is not None and principal.permits(role, queue)
 
+    # The server keeps why it refuses writes and fetches now (its status in force, or
+    # more connections than connection_limit_refuse_writes / _reads), so a request
+    # reads one attribute: see ServerState.writes_refused.
+
     def check_writable(self) -> None:
-        """Raise :class:`NotWritable` unless the server takes writes (UP)."""
-        status = self.server.status
-        if status is not _UP:
-            raise NotWritable(f"server is {status.value}")
+        """Raise :class:`NotWritable` if the server refuses writes now (READONLY,
+        QUIESCENT, or more connections than ``connection_limit_refuse_writes``)."""
+        refusal = self.server.writes_refused
+        if refusal is not None:
+            raise NotWritable(refusal)
 
     def check_readable(self) -> None:
-        """Raise :class:`NotWritable` if the server refuses reads (QUIESCENT)."""
-        if self.server.status is _QUIESCENT:
-            raise NotWritable("server is QUIESCENT")
+        """Raise :class:`NotWritable` if the server refuses fetches now (QUIESCENT, or
+        more connections than ``connection_limit_refuse_reads``)."""
+        refusal = self.server.reads_refused
+        if refusal is not None:
+            raise NotWritable(refusal)
+
+    def read_refusal(self) -> str | None:
+        """Why fetches are refused now (a REFUSED fetch's reason), or None."""
+        return self.server.reads_refused
 
     def max_open_reads(self) -> int:
         """How many reads of one queue this session may hold open."""
@@ -218,9 +224,9 @@ class Session:
         """Before a put's data is read: raise :class:`NotWritable` or :class:`NotStored`
         (larger than the queue's ``max_item_size``) if it cannot be stored."""
         server = self.server
-        status = server.status
-        if status is not _UP:
-            raise NotWritable(f"server is {status.value}")
+        refusal = server.writes_refused
+        if refusal is not None:
+            raise NotWritable(refusal)
         # The queue's own config (the same object, kept current by reloads) saves a lookup.
         queue = self.queues.queues.get(name)
         config = queue.config if queue is not None else server.config.queue(name)
@@ -287,14 +293,16 @@ class Session:
         end must place now (its /close's confirm, or a plain get's), and WAIT
         means the listener's ``wait_ended(f)`` follows.  QUIESCENT refuses the
         fetch only: the /close or /abort before it still happens, so a reliable
-        reader's last item is not delivered twice after a drain.
+        reader's last item is not delivered twice after a drain.  So do more
+        connections than ``connection_limit_refuse_reads`` (:meth:`read_refusal`
+        says which refused).
         """
         server = self.server
         stats = self.stats
         f.reply = None
         f.item = None
         fetch = f.open or not (f.close or f.abort)
-        refused = fetch and server.status is _QUIESCENT
+        refused = fetch and server.reads_refused is not None
         try:  # create_queue_on_get off: a fetch never makes a queue (or reader) exist
             create = fetch and not refused and server.config.create_queue_on_get
             reader = self.queues.reader(f.name, create)
@@ -434,7 +442,7 @@ class Session:
         Each item is opened and passed to the listener's ``monitor_item(f)``
         (``f.item``); the end is ``wait_ended(f)``: outcome MISS at its end, GONE
         when :meth:`stop_waiting` ended it early.  It is this
-        session's wait.  Raises :class:`NotWritable` when QUIESCENT and
+        session's wait.  Raises :class:`NotWritable` when fetches are refused and
         :class:`QueueRefused` for a new name beyond ``max_queues``.
 
         False when ``f.name`` has no reader (an alias, which holds nothing, or an

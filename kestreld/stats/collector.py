@@ -195,6 +195,8 @@ class StatsSnapshot:
     server: list[tuple[str, object]]  # global_stats
     queues: list[tuple[str, dict[str, int]]]  # queue_stats
     status: ServerStatus
+    #: True/False while the server is in ZooKeeper server sets ([zookeeper]), else None.
+    zookeeper_connected: bool | None = None
     aliases: list[tuple[str, dict[str, object]]] = ()  # type: ignore[assignment]  # alias_stats
 
     @classmethod
@@ -204,6 +206,7 @@ class StatsSnapshot:
             global_stats(server.stats, server.queues, len(server.connections), __version__),
             queue_stats(server.queues),
             server.status,
+            server.zookeeper_connected if server.membership is not None else None,
             alias_stats(server.queues),
         )
 
@@ -221,12 +224,18 @@ class StatsCollector(Collector):
         )
         status = GaugeMetricFamily(
             "kestreld_status",
-            "1 for the server's current status (UP, READONLY, QUIESCENT), else 0.",
+            "1 for the status in force (UP, WRITEAVOID, READONLY, QUIESCENT), else 0.",
             labels=["status"],
         )
         for value in ServerStatus:
             status.add_metric([value.value], 1.0 if snapshot.status is value else 0.0)
         yield status
+        if snapshot.zookeeper_connected is not None:
+            yield GaugeMetricFamily(
+                "kestreld_zookeeper_connected",
+                "1 while the ZooKeeper session of the server sets is connected, else 0.",
+                value=1.0 if snapshot.zookeeper_connected else 0.0,
+            )
         for key, value in snapshot.server:
             if key == "version" or key in PROCESS_DUPLICATES:
                 continue

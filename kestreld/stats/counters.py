@@ -123,9 +123,15 @@ def global_stats(
 
 
 def render_stats(
-    stats: ServerStats, queues: QueueCollection, connections: int, version: str
+    stats: ServerStats,
+    queues: QueueCollection,
+    connections: int,
+    version: str,
+    extra: list[tuple[str, object]] | tuple = (),
 ) -> bytes:
+    """The ``stats`` reply; ``extra`` are further server keys (status, zookeeper_connected)."""
     lines = [f"STAT {k} {v}" for k, v in global_stats(stats, queues, connections, version)]
+    lines.extend(f"STAT {k} {v}" for k, v in extra)
     for name, values in queue_stats(queues):
         lines.extend(f"STAT queue_{name}_{k} {v}" for k, v in values.items())
     for name, alias_values in alias_stats(queues):

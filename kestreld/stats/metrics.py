@@ -62,6 +62,8 @@ def render_flat_stats_json(snapshot: StatsSnapshot) -> Response:
     for key, value in snapshot.server:
         doc[key] = float(value) if key == "reserved_memory_ratio" else value  # type: ignore[arg-type]
     doc["status"] = snapshot.status.value
+    if snapshot.zookeeper_connected is not None:
+        doc["zookeeper_connected"] = snapshot.zookeeper_connected
     doc["queues"] = dict(snapshot.queues)
     body = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
     return 200, "application/json", body, []

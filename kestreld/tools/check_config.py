@@ -39,6 +39,16 @@ def render(config: ServerConfig) -> str:
             value = "(set)"  # a secret: never printed
         lines.append(f"  {key}={render_value(key, value)}")
     lines.append("}")
+    if config.zookeeper is not None:
+        lines.append("zookeeper {")
+        for key in ZOOKEEPER_RENDERED:
+            value = getattr(config.zookeeper, key)
+            if key == "credentials" and value is not None:
+                value = value.partition(":")[0] + ":(hidden)"
+            elif key == "advertise_address" and value is None:
+                value = config.listen_address
+            lines.append(f"  {key}={render_value(key, value)}")
+        lines.append("}")
     lines.append("queue defaults {")
     lines.extend("  " + line for line in dump_lines(config.default_queue))
     lines.append("}")
@@ -51,6 +61,16 @@ def render(config: ServerConfig) -> str:
         lines.extend("  " + line for line in alias_dump_lines(config.aliases[name]))
         lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+ZOOKEEPER_RENDERED = (
+    "hosts",
+    "path_prefix",
+    "session_timeout",
+    "credentials",
+    "acl",
+    "advertise_address",
+)
 
 
 def warnings(config: ServerConfig) -> list[str]:
@@ -103,6 +123,13 @@ def warnings(config: ServerConfig) -> list[str]:
             )
     for name in config.masked_queues():
         out.append(f"the alias {name!r} masks the configured queue {name!r}: puts go to the alias")
+    if config.zookeeper is not None:
+        advertised = config.zookeeper.advertise_address or config.listen_address
+        if _is_loopback(advertised):
+            out.append(
+                f"the server sets will advertise {advertised}, a loopback address: "
+                "only clients on this host can use it (set zookeeper.advertise_address)"
+            )
     return out
 
 
