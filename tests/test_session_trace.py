@@ -78,3 +78,31 @@ def test_a_shutdown_ends_every_traced_session_with_its_open_reads(make_server):
     ended = wait_for_events(proc, "session_ended")[-1]
     assert ended["open_reads_given_back"] == 1
     c.close()
+
+
+def test_text_and_thrift_sessions_are_traced_too(tmp_path):
+    from kestrel_fronts import TextConn, start_fronts, thrift_client
+
+    proc = start_fronts(tmp_path / "queues", "enable_session_trace = true\n")
+    try:
+        text = TextConn(proc.text_port)
+        text.send(b"put traced:\nt1\nt2\n\n")
+        assert text.line() == b"+2"
+        text.send(b"get traced\n")
+        assert text.line() == b":t1"
+        text.close()
+        ended = wait_for_events(proc, "session_ended")[-1]
+        assert ended["commands"] == {"put": 1, "get": 1}
+        assert ended["items_taken"] == 1
+        assert ended["open_reads_given_back"] == 1  # a text get is an open read
+        client = thrift_client(proc.thrift_port)
+        assert client.put("traced", [b"t3"], 0) == 1
+        client.close()
+        ended = wait_for_events(proc, "session_ended", count=2)[-1]
+        assert ended["commands"] == {"put": 1}
+        started = proc.events("session_started")
+        assert len(started) == 2 and {e["session"] for e in started} == {
+            e["session"] for e in proc.events("session_ended")
+        }
+    finally:
+        proc.stop()

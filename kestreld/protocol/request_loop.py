@@ -97,6 +97,7 @@ class RequestConnection(asyncio.Protocol):
             return
         server.connection_opened(self)
         self.stats.total_connections += 1
+        self.session.begin(self.peer)  # the session trace starts (enable_session_trace)
         self.task = server.loop.create_task(self._run())
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -163,6 +164,9 @@ class RequestConnection(asyncio.Protocol):
                 continue
             request = inbox.popleft()
             self.busy = True
+            trace = self.session.trace
+            if trace is not None:
+                trace.running()  # the queue events of this request name the client
             try:
                 await self.handle(request)
             except asyncio.CancelledError:
@@ -172,6 +176,8 @@ class RequestConnection(asyncio.Protocol):
                 self.internal_error(request)
             finally:
                 self.busy = False
+                if trace is not None:
+                    trace.idle()
             self.last_active = time.monotonic()
         self._finish()
 

@@ -83,6 +83,9 @@ class TextConnection(RequestConnection):
             self.write(UNAUTHENTICATED)
             return
         handler = _COMMANDS.get(command)
+        trace = self.session.trace
+        if trace is not None:
+            trace.command(command[:40])
         if handler is None:
             word = command[:40].decode("ascii", "replace")
             self.write(error(f"Unknown command: {word}"))

@@ -175,6 +175,9 @@ class ThriftConnection(RequestConnection):
             self._answer_error(call, codec.UNKNOWN, self.refused or "authentication required")
             return
         handler = _METHODS.get(call.method)
+        trace = self.session.trace
+        if trace is not None:
+            trace.command(str(call.method)[:60].encode("ascii", "replace"))
         if handler is None:
             self._answer_error(call, codec.UNKNOWN_METHOD, f"unknown method {call.method[:60]}")
             return
