@@ -87,7 +87,10 @@ ITEMS, OPEN, WAITERS = 2, 5, 6
 
 
 def test_the_page_shows_every_queue_and_follows_sets_and_gets(make_server, browser, shots):
-    proc = make_server('admin_port = 0\n[queues."orders+audit"]\n')
+    proc = make_server(
+        'admin_port = 0\n[queues."orders+audit"]\n'
+        '[aliases.everyone]\ndestination_queues = ["idle_queue"]\n'
+    )
     c = Conn(proc.connect())
     for i in range(5):
         assert c.set("stalled_jobs", f"job{i}") == b"STORED"
@@ -105,7 +108,7 @@ def test_the_page_shows_every_queue_and_follows_sets_and_gets(make_server, brows
                 r.get_attribute("data-name")
                 for r in browser.find_elements(By.CSS_SELECTOR, "#rows tr")
             }
-            >= {"orders", "orders+audit", "stalled_jobs", "idle_queue"}
+            >= {"orders", "orders+audit", "stalled_jobs", "idle_queue", "everyone"}
             and True
         ),
         what="every queue and reader in the table",
@@ -120,6 +123,9 @@ def test_the_page_shows_every_queue_and_follows_sets_and_gets(make_server, brows
     first = browser.find_element(By.CSS_SELECTOR, "#rows tr").get_attribute("data-name")
     assert first in ("stalled_jobs", "orders+audit")
     assert cell(browser, "stalled_jobs", 1).lower() == "stalled"
+    # an alias is listed with its destinations, after the queues (it holds nothing)
+    assert cell(browser, "everyone", 1).lower() == "alias"
+    assert "idle_queue" in cell(browser, "everyone", 0)
 
     for i in range(4):
         assert c.set("orders", f"more{i}") == b"STORED"

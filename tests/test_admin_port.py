@@ -177,6 +177,19 @@ def test_a_fanout_reader_has_its_own_names(make_server):
     assert "q/fan/delivery_latency_msec" not in doc["metrics"]
 
 
+def test_an_alias_has_kestrels_put_names_and_its_children(make_server):
+    proc = make_server(ADMIN + '[aliases.both]\ndestination_queues = ["left", "right"]\n')
+    c = Conn(proc.connect())
+    assert c.set("both", "hello") == b"STORED"
+    c.close()
+    doc = stats(proc)
+    assert doc["counters"]["q/both/put_items"] == 1
+    assert doc["counters"]["q/both/put_bytes"] == 5
+    assert doc["labels"]["q/both/children"] == "left,right"
+    assert "q/both/items" not in doc["gauges"]
+    assert doc["gauges"]["q/left/items"] == doc["gauges"]["q/right/items"] == 1
+
+
 def test_filtered_leaves_out_the_configured_names(make_server):
     proc = make_server(ADMIN + 'stats_filters = ["q/.*/journal_size", "cmd_.*"]\n')
     c = Conn(proc.connect())

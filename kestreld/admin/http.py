@@ -230,6 +230,8 @@ class AdminServer:
                 histogram.count if histogram else 0,
                 int(values.get("items", 0)),
             )
+        for name, values in snapshot.stats.aliases:  # an alias is put to, never read
+            flows[name] = (int(values.get("put_items", 0)), 0, 0)  # type: ignore[call-overload]
         self.latency.forget(set(flows))
         self.window.add(Sample(time.monotonic(), snapshot.counters(), snapshot.latency, flows))
 

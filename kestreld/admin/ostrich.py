@@ -138,6 +138,9 @@ class AdminSnapshot:
             out[prefix + "put_bytes"] = put_bytes.get(name, 0)
             histogram = delivered.get(name)
             out[prefix + "get_items_hit"] = histogram.count if histogram is not None else 0
+        for name, values in self.stats.aliases:  # Kestrel's AliasedQueue: puts only
+            out[f"q/{name}/put_items"] = int(values["put_items"])  # type: ignore[call-overload]
+            out[f"q/{name}/put_bytes"] = int(values["put_bytes"])  # type: ignore[call-overload]
         return out
 
     def gauges(self) -> dict[str, int | float]:
@@ -159,7 +162,10 @@ class AdminSnapshot:
 
     def labels(self) -> dict[str, str]:
         server = self.global_values()
-        return {"version": str(server["version"]), "status": self.stats.status.value}
+        out = {"version": str(server["version"]), "status": self.stats.status.value}
+        for name, values in self.stats.aliases:  # where an alias's puts go
+            out[f"q/{name}/children"] = str(values["children"])
+        return out
 
     def metrics(self) -> dict[str, tuple[LatencyHistogram, int]]:
         out = global_metrics(self.latency)

@@ -23,7 +23,7 @@ STATIC_FILES = {
     "icon.svg": "image/svg+xml",
 }
 
-_ORDER = {"stalled": 0, "growing": 1, "busy": 2, "idle": 3}
+_ORDER = {"stalled": 0, "growing": 1, "busy": 2, "idle": 3, "alias": 4}
 
 
 def static_file(name: str) -> bytes:
@@ -80,6 +80,29 @@ def overview(
                 "delivery_p99_ms": round(histogram.percentile(0.99) * 1000, 1) if taken else None,
                 "grew": grew,
                 "attention": _attention(items, grew, taken),
+            }
+        )
+    for name, values in snapshot.stats.aliases:  # holds nothing: its puts and destinations
+        puts, _ = window.rates(name)
+        rows.append(
+            {
+                "name": name,
+                "queue": name,
+                "reader": None,
+                "alias": str(values["children"]).split(","),
+                "items": 0,
+                "bytes": 0,
+                "oldest_ms": 0,
+                "open_reads": 0,
+                "waiters": 0,
+                "put_rate": puts[-1] if puts else 0.0,
+                "get_rate": 0.0,
+                "put_series": [round(r, 2) for r in puts],
+                "get_series": [],
+                "delivery_p50_ms": None,
+                "delivery_p99_ms": None,
+                "grew": 0,
+                "attention": "alias",
             }
         )
     rows.sort(key=lambda r: (_ORDER[r["attention"]], -r["oldest_ms"], -r["grew"], r["name"]))  # type: ignore[operator]

@@ -85,8 +85,14 @@ function row(q) {
   if (q.reader !== null) tr.className = "reader-row";
   const name = document.createElement("td");
   name.className = "name";
-  name.dataset.label = q.reader !== null ? "fanout reader" : "queue";
+  name.dataset.label = q.alias ? "alias" : q.reader !== null ? "fanout reader" : "queue";
   name.appendChild(document.createTextNode(q.queue));
+  if (q.alias) {
+    const to = document.createElement("span");
+    to.className = "reader";
+    to.textContent = " \u2192 " + q.alias.join(", ");
+    name.appendChild(to);
+  }
   if (q.reader !== null) {
     const r = document.createElement("span");
     r.className = "reader";
