@@ -260,7 +260,18 @@ def test_the_image_builds_serves_stops_gracefully_and_keeps_its_queue(podman, im
     events = podman.events("kestreld-2")
     loaded = [e for e in events if e["event"] == "queue_loaded"]
     assert [(e["queue"], e["items"]) for e in loaded] == [("jobs", {"jobs": 90})]
-    assert not [e for e in events if e.get("level") in ("warning", "error")], events
+    # Nothing repaired, nothing wrong.  The one warning the image's config earns by design:
+    # its admin port listens beyond loopback (a container's loopback is unreachable to a
+    # scraper) without an admin_token, which the operator sets (docs/operations.md).
+    problems = [
+        e
+        for e in events
+        if e.get("level") in ("warning", "error") and e["event"] != "admin_port_unprotected"
+    ]
+    assert not problems, events
+    assert [e["event"] for e in events if e["event"] == "admin_port_unprotected"] == [
+        "admin_port_unprotected"
+    ]
     got = client(podman, "kestreld-2", GETS % 91).split()
     assert got == [f"job{i}" for i in range(10, 100)] + ["empty"]
 
