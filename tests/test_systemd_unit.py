@@ -63,6 +63,8 @@ def instance_config(port: int, metrics_port: int, spool: Path) -> str:
         ("port", str(port)),
         ("queue_path", f'"{spool}/{port}"'),
         ("metrics_port", str(metrics_port)),
+        ("text_port", str(free_port())),  # production.conf opens Kestrel's 2222 and 2229
+        ("thrift_port", str(free_port())),
     ]:
         text, n = re.subn(rf"(?m)^{key}\s*=.*$", f"{key} = {value}", text)
         assert n == 1, key
