@@ -263,3 +263,20 @@ def test_acknowledged_puts_and_open_reads_survive_kill_9(tmp_path, qname):
     finally:
         text.close()
         proc.stop()
+
+
+def test_an_acknowledged_flush_survives_kill_9(tmp_path, qname):
+    proc = start_fronts(tmp_path / "queues")
+    text = TextConn(proc.text_port)
+    try:
+        assert text.put(qname, "a", "b", "c") == b"+3"
+        assert text.ask(f"flush {qname}") == b"+0"
+        proc.restart(crash=True)
+    finally:
+        text.close()
+    text = TextConn(proc.text_port)
+    try:
+        assert text.ask(f"peek {qname}") == b"*"  # the flush was on disk before +0
+    finally:
+        text.close()
+        proc.stop()

@@ -311,28 +311,29 @@ async def cmd_confirm(conn: TextConnection, args: list[bytes], items: list[bytes
 
 
 async def cmd_flush(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
-    """``flush <queue>``: ``+0``."""
-    name = conn.queue_arg(args)
-    if name is None:
-        return
-    try:
-        conn.session.flush(name)
-    except SessionError as e:
-        conn.write(error(str(e)))
-        return
-    conn.write(ZERO)
+    """``flush <queue>``: ``+0`` once the flush (a ``READ_HEAD`` jump) is on disk."""
+    await _drop(conn, args, flush=True)
 
 
 async def cmd_delete(conn: TextConnection, args: list[bytes], items: list[bytes] | None) -> None:
     """``delete <queue>``: ``+0``."""
+    await _drop(conn, args, flush=False)
+
+
+async def _drop(conn: TextConnection, args: list[bytes], flush: bool) -> None:
     name = conn.queue_arg(args)
     if name is None:
         return
     try:
-        conn.session.delete(name)
+        reply = conn.session.flush(name) if flush else conn.session.delete(name)
     except SessionError as e:
         conn.write(error(str(e)))
         return
+    if reply is not None:  # acknowledged once the journal has it, as memcache's flush
+        failure = await conn.settle(reply)
+        if failure is not None:
+            conn.write(error(f"Flush failed: {failure}"))
+            return
     conn.write(ZERO)
 
 

@@ -373,12 +373,20 @@ async def peek(conn: ThriftConnection, args: Any) -> Any:
 async def flush_queue(conn: ThriftConnection, args: Any) -> None:
     name = conn.queue_name(args.queue_name)
     conn.permit(Role.ADMIN, name)
-    conn.session.flush(name)
+    await _durable(conn, conn.session.flush(name))
 
 
 async def flush_all_queues(conn: ThriftConnection, args: Any) -> None:
     conn.permit(Role.ADMIN)
-    conn.session.flush_all()
+    await _durable(conn, conn.session.flush_all())
+
+
+async def _durable(conn: ThriftConnection, reply: PendingReply | None) -> None:
+    """Return once the journal has a flush (its ``READ_HEAD`` jump), as memcache's ``END``."""
+    if reply is not None:
+        failure = await conn.settle(reply)
+        if failure is not None:
+            raise CallError(codec.INTERNAL_ERROR, f"flush failed: {failure}")
 
 
 async def delete_queue(conn: ThriftConnection, args: Any) -> None:
