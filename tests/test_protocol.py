@@ -511,3 +511,37 @@ def test_fanout_name_too_long_for_its_checkpoint_file_is_refused(conn):
     conn.send(f"get {'a' * 200}+{'b' * 35}\r\n")
     assert conn.line() == b"CLIENT_ERROR bad queue name"
     assert conn.get(f"{'a' * 200}+{'b' * 34}") is None
+
+
+def test_value_headers_follow_each_items_key_and_size(conn, qname):
+    """The connection reuses its last VALUE header while key and size repeat (issue 28):
+    a new size, a new key and the same key again each get their own header."""
+    for data in ("aaa", "bbb", "cccc", "dd", "eeee"):
+        assert conn.set(qname, data) == b"STORED"
+    other = qname + "x"
+    assert conn.set(other, "fff") == b"STORED"
+    expected = [
+        (f"get {qname}", f"VALUE {qname} 0 3", b"aaa"),
+        (f"get {qname}", f"VALUE {qname} 0 3", b"bbb"),
+        (f"get {other}", f"VALUE {other} 0 3", b"fff"),
+        (f"get {qname}", f"VALUE {qname} 0 4", b"cccc"),
+        (f"get {qname}/t=1", f"VALUE {qname}/t=1 0 2", b"dd"),
+        (f"get {qname}", f"VALUE {qname} 0 4", b"eeee"),
+    ]
+    for request, header, data in expected:
+        conn.send(request + "\r\n")
+        assert conn.line() == header.encode()
+        assert conn.exact(len(data) + 2) == data + b"\r\n"
+        assert conn.line() == b"END"
+
+
+def test_block_lengths_are_read_afresh_when_they_change(conn, qname):
+    """The framing keeps the last length it parsed (issue 28): other lengths, a bad one
+    after a good one, and the good one again are all judged as such."""
+    conn.send(
+        f"set {qname} 0 0 3\r\nabc\r\nset {qname} 0 0 5\r\nhello\r\nset {qname} 0 0 3\r\nxyz\r\n"
+    )
+    assert [conn.line() for _ in range(3)] == [b"STORED"] * 3
+    assert [conn.get(qname) for _ in range(3)] == [b"abc", b"hello", b"xyz"]
+    conn.send(f"set {qname} 0 0 3x\r\nabc\r\n")
+    assert conn.line().startswith(b"CLIENT_ERROR")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 
 from kestreld.config import QueueConfig
 from kestreld.journal import codec
@@ -172,3 +173,13 @@ async def test_flush_with_an_open_read_holds_its_id_only(tmp_path):
     journal.flush()
     assert reader.held == set() and reader.floor() == 0  # until the next rewrite
     journal.close()
+
+
+def test_one_id_read_done_is_the_same_record_as_the_general_form():
+    """A READ_DONE of one id has its own fast encoder (issue 28): same bytes, same meaning."""
+    general = struct.pack("<Bi", 0x91, 8) + struct.pack("<1q", 12)
+    assert codec.encode_read_done([12]) == general
+    assert codec.encode_read_done((12,)) == general
+    assert codec.encode_read_done([-7]) == struct.pack("<Biq", 0x91, 8, -7)
+    data = codec.encode_checkpoint(2) + codec.encode_read_done([5]) + codec.encode_read_done([4])
+    assert codec.decode_progress(data) == (2, {4, 5}, set(), None)

@@ -5,3 +5,4 @@
 cpdef bytes encode_put(object id, object add_time, object data, object expire_time=*, object error_count=*)
 cpdef bytes put_header(object id, object add_time, object size, object expire_time=*, object error_count=*)
 cpdef bytes encode_read_head(object id)
+cpdef bytes encode_read_done(object ids)

@@ -29,6 +29,7 @@ _PUT6 = struct.Struct("<Biiqq")  # command byte, size, error_count, id, add_time
 _PUT8 = struct.Struct("<Biiqqq")  # ... expire_time
 _HEAD = struct.Struct("<Bq")
 _DONE = struct.Struct("<Bi")
+_DONE1 = struct.Struct("<Biq")  # READ_DONE of one id: a plain get's or a /close's confirm
 
 PUT_HEADER_SIZE = _PUT6.size  # 25 bytes before the data
 PUT_EXPIRY_HEADER_SIZE = _PUT8.size  # 33 bytes before the data
@@ -131,6 +132,8 @@ def encode_read_head(id: int) -> bytes:
 def encode_read_done(ids: list[int] | tuple[int, ...]) -> bytes:
     """READ_DONE: the header word is the byte length of the id block (8 per id)."""
     n = len(ids)
+    if n == 1:  # the usual tick at one connection: no format string built
+        return _DONE1.pack(0x91, 8, ids[0])
     return _DONE.pack(0x91, 8 * n) + struct.pack(f"<{n}q", *ids)
 
 

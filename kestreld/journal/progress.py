@@ -198,7 +198,10 @@ class ProgressLog:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    n = os.write(fd, data)
+    if n == len(data):
+        return  # the usual case: no view, no loop
+    view = memoryview(data)[n:]
     while view:
         view = view[os.write(fd, view) :]
 

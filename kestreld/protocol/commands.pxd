@@ -14,7 +14,7 @@ cpdef object queue_name(bytes raw)
 @cython.locals(opts=Fetch, parts=list, opt=bytes, name=str)
 cpdef object parse_get(bytes key)
 
-@cython.locals(out=list, name=str)
+@cython.locals(out=list, name=str, raw=bytes)
 cpdef bint accept_set(Connection conn, list args, Py_ssize_t size) except -1
 
 @cython.locals(noreply=bint, name=str)

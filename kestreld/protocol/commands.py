@@ -126,9 +126,11 @@ def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
     if len(args) < 5:
         out.append(BAD_COMMAND_LINE)
         return False
+    raw = args[3]
     try:
-        int(args[2])
-        exptime = int(args[3])
+        if args[2] != b"0":  # the usual flags and exptime: no number parsed
+            int(args[2])
+        exptime = 0 if raw == b"0" else int(raw)
     except ValueError:
         out.append(BAD_COMMAND_LINE)
         return False

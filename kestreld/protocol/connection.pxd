@@ -28,6 +28,9 @@ cdef class Connection(Sink):
     cdef public bint read_paused
     cdef public double last_active
     cdef public object put_target
+    cdef public bytes value_key
+    cdef public Py_ssize_t value_size
+    cdef public bytes value_header
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1
@@ -45,7 +48,7 @@ cdef class Connection(Sink):
     cpdef expect_put(self, str name, object expire, bint noreply)
     cpdef tuple take_put(self)
     cpdef hold(self, PendingReply reply)
-    @cython.locals(reply=PendingReply, behind=PendingReply, parts=list, outcome=int, data=bytes)
+    @cython.locals(reply=PendingReply, behind=PendingReply, parts=list, outcome=int, data=bytes, size=Py_ssize_t, header=bytes)
     cpdef answer_fetch(self, Fetch f, bint single)
     cpdef replies_ready(self, object ticket=*)
 

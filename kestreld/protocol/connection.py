@@ -95,6 +95,9 @@ class Connection(Sink):
         "read_paused",
         "last_active",
         "put_target",
+        "value_key",
+        "value_size",
+        "value_header",
     )
 
     def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
@@ -117,6 +120,11 @@ class Connection(Sink):
         self.last_active = time.monotonic()
         #: (queue, expiry ms, noreply) of a set whose data block is being read.
         self.put_target: tuple[str, int, bool] | None = None
+        # The last VALUE header sent (a consumer asks for one key, and items are often of
+        # one size): reused while the key and the size are the same.
+        self.value_key = b""
+        self.value_size = -1
+        self.value_header = b""
 
     # --- asyncio.Protocol -----------------------------------------------------------------
 
@@ -370,12 +378,18 @@ class Connection(Sink):
         if outcome == ITEM:
             item = f.item
             data = item.data
+            size = len(data)
             if f.with_id:
-                header = b"VALUE %s 0 %d %d\r\n" % (f.key, len(data), item.id)
+                header = b"VALUE %s 0 %d %d\r\n" % (f.key, size, item.id)
+            elif size == self.value_size and f.key == self.value_key:
+                header = self.value_header
             else:
-                header = b"VALUE %s 0 %d\r\n" % (f.key, len(data))
+                header = b"VALUE %s 0 %d\r\n" % (f.key, size)
+                self.value_key = f.key
+                self.value_size = size
+                self.value_header = header
             parts.extend((header, data, VALUE_END if single else CRLF))
-            self.out_size += len(data)
+            self.out_size += size
         elif not single:
             return
         elif outcome == MISS:

@@ -37,6 +37,8 @@ cdef class Framing:
     cdef public bint block_quiet
     cdef public bint expect_end
     cdef public bint drop_line
+    cdef public bytes last_length
+    cdef public Py_ssize_t last_size
 
     cpdef bint holds_input(self) except -1
     cpdef bint mid_request(self) except -1

@@ -123,6 +123,8 @@ class Framing:
         "block_quiet",
         "expect_end",
         "drop_line",
+        "last_length",
+        "last_size",
     )
 
     def __init__(self, table: dict[bytes, Command], unknown: Command, max_line: int) -> None:
@@ -140,6 +142,9 @@ class Framing:
         self.block_quiet = False  # noreply: the block's errors are not answered either
         self.expect_end = False  # a skipped block ended: its terminator comes next
         self.drop_line = False  # after a bad terminator: drop up to the next newline
+        # The last block length read and its value: a producer's items are often of one size.
+        self.last_length = b""
+        self.last_size = 0
 
     def use_table(self, table: dict[bytes, Command], unknown: Command) -> None:
         """Judge the requests from here on with ``table`` (an authenticated client's)."""
@@ -272,9 +277,15 @@ class Framing:
                 size = -2
                 if len(args) > command.length_at:
                     raw = args[command.length_at]
-                    size = int(raw) if raw.isdigit() and len(raw) <= 10 else -1
-                    if size > LENGTH_LIMIT:
-                        size = -1
+                    if raw == self.last_length:
+                        size = self.last_size
+                    else:
+                        size = int(raw) if raw.isdigit() and len(raw) <= 10 else -1
+                        if size > LENGTH_LIMIT:
+                            size = -1
+                        elif size >= 0:
+                            self.last_length = raw
+                            self.last_size = size
                 if size < 0:
                     # Where this block ends cannot be known: answer, and close.
                     sink.fatal(BAD_DATA_CHUNK if size == -1 else BAD_COMMAND_LINE)
