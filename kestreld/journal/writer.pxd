@@ -23,7 +23,8 @@ cdef class WriterJournal:
     cdef public long long rotations
     cdef public bint closed
     cdef public int _fd
-    cdef public bytearray _buf
+    cdef public list _buf
+    cdef public Py_ssize_t _buf_size
     cdef public Batch _batch
     cdef public bint _flush_scheduled
     cdef public object _loop
@@ -34,7 +35,7 @@ cdef class WriterJournal:
     cpdef bint available(self) except -1
 
     @cython.locals(size=Py_ssize_t, length=Py_ssize_t, offset=cython.longlong,
-                   header=bytes, segments=list, seg=Segment, batch=Batch)
+                   header=bytes, segments=list, seg=Segment, batch=Batch, buf=list)
     cpdef tuple put(self, object add_time, object data, object expire_time=*, object error_count=*)
 
     cpdef join(self, ProgressLog progress)
@@ -43,3 +44,6 @@ cdef class WriterJournal:
 
     @cython.locals(end=object, seg=Segment)
     cpdef _acknowledge(self, Batch batch)
+
+@cython.locals(n=Py_ssize_t, data=bytes)
+cpdef _write_chunks(int fd, list chunks, Py_ssize_t size)

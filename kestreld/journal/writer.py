@@ -55,6 +55,7 @@ class WriterJournal:
         "closed",
         "_fd",
         "_buf",
+        "_buf_size",
         "_batch",
         "_flush_scheduled",
         "_loop",
@@ -83,7 +84,9 @@ class WriterJournal:
         self.rotations = 0
         self.closed = False
         self._fd = -1
-        self._buf = bytearray()
+        #: This tick's records, not copied: each put's header and data (one writev).
+        self._buf: list[bytes] = []
+        self._buf_size = 0
         self._batch: Batch | None = None  # the batch the buffer belongs to
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -258,8 +261,10 @@ class WriterJournal:
             seg = self.segments[-1]
         offset = seg.size
         self.next_id = id_ + 1
-        self._buf += header
-        self._buf += data
+        buf = self._buf
+        buf.append(header)
+        buf.append(data)
+        self._buf_size += length
         seg.size = offset + length
         seg.items += 1
         seg.data_bytes += size
@@ -345,16 +350,14 @@ class WriterJournal:
             self._open_current()
         seg = self.current
         assert seg is not None
-        buf = self._buf
         try:
-            n = os.write(self._fd, buf)
-            while n < len(buf):
-                n += os.write(self._fd, memoryview(buf)[n:])
+            _write_chunks(self._fd, self._buf, self._buf_size)
         except OSError as e:
             self._write_failed(seg, e)
             raise JournalWriteError(f"journal write failed: {e.strerror}") from e
         seg.written = seg.size
-        self._buf = bytearray()
+        self._buf = []
+        self._buf_size = 0
 
     def _write_failed(self, seg: Segment, e: OSError) -> None:
         """Cut the file back to its last whole record and refuse puts for a while."""
@@ -363,8 +366,9 @@ class WriterJournal:
             os.ftruncate(self._fd, seg.written)
         except OSError:
             pass
-        lost = len(self._buf)
-        self._buf = bytearray()
+        lost = self._buf_size
+        self._buf = []
+        self._buf_size = 0
         seg.size = seg.written
         # Those puts' batch fails now: when the write came from a rotation or a
         # read-behind, flush() would later find an empty buffer and acknowledge it.
@@ -529,7 +533,8 @@ class WriterJournal:
 
     def erase(self) -> None:
         """Close and delete every segment (the queue was deleted)."""
-        self._buf = bytearray()
+        self._buf = []
+        self._buf_size = 0
         if self._batch is not None:
             self._batch.resolve("queue deleted")
             self._batch = None
@@ -537,6 +542,24 @@ class WriterJournal:
         for seg in self.segments:
             unlink_quietly(seg.path)
         self.segments = []
+
+
+#: Chunks handed to one ``writev`` (Linux's IOV_MAX is 1,024).
+WRITEV_CHUNKS = 1024
+
+
+def _write_chunks(fd: int, chunks: list[bytes], size: int) -> None:
+    """Write ``chunks`` (``size`` bytes in all) whole: one ``writev`` in the usual case, no copy."""
+    if len(chunks) <= WRITEV_CHUNKS:
+        n = os.writev(fd, chunks)
+        if n == size:
+            return
+        data = b"".join(chunks)
+    else:
+        data = b"".join(chunks)
+        n = os.write(fd, data)
+    while n < size:  # a short write (a full disk is an OSError): the rest, from where it stopped
+        n += os.write(fd, memoryview(data)[n:])
 
 
 def _put_id(put: codec.Put) -> int:
