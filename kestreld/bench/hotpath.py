@@ -62,6 +62,9 @@ async def measure(workload: str, connections: int, rounds: int, size: int, folde
         ops = connections * rounds
         if workload == "set":
             seconds = await _rounds(conns, set_req, rounds)
+        elif workload == "version":
+            # No queue work: the floor every request pays (framing, command, reply, tick).
+            seconds = await _rounds(conns, b"version\r\n", rounds)
         elif workload == "get":
             await _rounds(conns, set_req, rounds)  # prefill, unmeasured
             seconds = await _rounds(conns, b"get hot\r\n", rounds)

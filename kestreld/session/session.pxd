@@ -3,13 +3,17 @@
 
 cimport cython
 
+from kestreld.journal.batch cimport Batch
+from kestreld.queues.collection cimport QueueCollection
+from kestreld.queues.item cimport QueueItem
+from kestreld.queues.reader cimport Reader
 from kestreld.session.fetch cimport Fetch
 from kestreld.session.reply cimport PendingReply
 
 
 cdef class Session:
     cdef public object server
-    cdef public object queues
+    cdef public QueueCollection queues
     cdef public object stats
     cdef public object listener
     cdef public object ready
@@ -25,14 +29,15 @@ cdef class Session:
     cdef public object trace
 
     cpdef admit_put(self, str name, Py_ssize_t size)
-    @cython.locals(unacked=list)
+    @cython.locals(unacked=list, batch=Batch)
     cpdef object put(self, str name, bytes data, object expire, bint want_reply)
     @cython.locals(unacked=list)
     cpdef bint puts_pending(self) except -1
 
-    @cython.locals(fetch=bint, refused=bint, create=bint)
+    @cython.locals(fetch=bint, refused=bint, create=bint, reader=Reader, item=QueueItem)
     cpdef int fetch(self, Fetch f, bint single) except -1
-    cpdef _hand_out(self, object reader, Fetch f, object item)
+    @cython.locals(ticket=Batch, reply=PendingReply, behind=PendingReply)
+    cpdef _hand_out(self, Reader reader, Fetch f, QueueItem item)
     @cython.locals(f=Fetch, behind=PendingReply)
     cpdef _wait_done(self, object fut)
     cpdef object _confirm(self, object reader, list reads)
