@@ -60,6 +60,42 @@ async def test_timed_out_waiters_are_pruned_behind_a_long_waiter():
     long.cancel()
 
 
+async def test_timed_waits_share_one_timer_and_each_ends_at_its_own_deadline():
+    """One timer per queue, armed for the earliest deadline (issue 28): a short wait
+    begun after a long one still ends on time, a served wait never times out, and no
+    timer is left once nobody waits."""
+    loop = asyncio.get_running_loop()
+    q = BlockingQueue()
+    began = loop.time()
+    long = q.wait(loop, 0.4)
+    short = q.wait(loop, 0.05)
+    served = q.wait(loop, 0.3)
+    ended: dict[str, float] = {}
+    for name, fut in (("long", long), ("short", short)):
+        fut.add_done_callback(lambda _f, name=name: ended.setdefault(name, loop.time() - began))
+    await asyncio.sleep(0.15)
+    assert short.done() and short.result() is None and not long.done()
+    assert 0.04 <= ended["short"] < 0.15
+    assert q.hand_off(_item(1))  # the oldest live waiter: long (short is gone)
+    assert long.result().id == 1 and not served.done()
+    assert q.hand_off(_item(2)) and served.result().id == 2
+    await asyncio.sleep(0.35)
+    assert q.timer is None and not q.deadlines  # nothing left to time out
+    assert q.live_waiters() == 0
+
+
+async def test_many_served_waits_leave_a_bounded_line_of_deadlines():
+    loop = asyncio.get_running_loop()
+    q = BlockingQueue()
+    for i in range(20 * PRUNE_AFTER):
+        fut = q.wait(loop, 60)
+        assert q.hand_off(_item(i)) and fut.result().id == i
+    assert len(q.deadlines) <= 2 * PRUNE_AFTER + 2
+    assert q.timer is not None  # still armed for a deadline served long ago: harmless
+    q.wake_all()
+    assert q.timer is None and not q.deadlines
+
+
 # --- ProgressLog -------------------------------------------------------------------------
 
 

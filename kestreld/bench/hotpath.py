@@ -84,6 +84,22 @@ async def measure(workload: str, connections: int, rounds: int, size: int, folde
                 await asyncio.sleep(0)
             seconds = time.process_time() - started
             ops = half * rounds
+        elif workload == "waiting":
+            # The open/close loop with a consumer that is waiting (/t=) when the item
+            # comes: the hand-off from the set's acknowledgement to the blocked get.
+            half = connections // 2
+            producers, consumers = conns[:half], conns[half:]
+            started = time.process_time()
+            for _ in range(rounds):
+                for c in consumers:
+                    c.data_received(b"get hot/close/open/t=500\r\n")
+                for c in producers:
+                    c.data_received(set_req)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)
+            seconds = time.process_time() - started
+            ops = half * rounds
         else:
             raise SystemExit(f"unknown workload {workload}")
         return {"workload": workload, "ops": ops, "us_per_op": seconds / ops * 1e6}

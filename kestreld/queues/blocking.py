@@ -7,6 +7,12 @@ whose connection died is a done future and is skipped, so it never swallows
 an item; such dead waiters are pruned once they make up half the line, so a
 long-waiting get cannot make short polls behind it pile up.  Everything runs
 on the event loop thread: no locks are needed.
+
+Timed waits share one timer per queue, armed for the earliest deadline (a
+``/t=`` get that is served early leaves its deadline behind, to be dropped
+when the timer fires or when the line of deadlines is pruned): a wait costs
+no timer of its own, which is most of what a blocked ``get q/t=...`` would
+otherwise pay for its timeout.
 """
 
 from __future__ import annotations
@@ -22,15 +28,23 @@ T = Any
 
 #: Dead waiters tolerated before the line is pruned (then: once they are half of it).
 PRUNE_AFTER = 32
+#: A deadline this close (seconds) counts as reached: the loop's clock has millisecond
+#: steps, and a timer must never re-arm itself for a deadline a fraction of a step away.
+DEADLINE_SLACK = 0.001
 
 
 class BlockingQueue:
-    __slots__ = ("items", "waiters", "dead")
+    __slots__ = ("items", "waiters", "dead", "deadlines", "timer", "timer_at", "loop")
 
     def __init__(self) -> None:
         self.items: deque[T] = deque()
         self.waiters: deque[asyncio.Future[T | None]] = deque()
         self.dead = 0  # waiters resolved since the last prune (some may be gone already)
+        #: (deadline, waiter) of timed waits, in the order they began (served ones linger).
+        self.deadlines: deque[tuple[float, asyncio.Future[T | None]]] = deque()
+        self.timer: asyncio.TimerHandle | None = None  # the one timer: the earliest deadline
+        self.timer_at = 0.0
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -45,6 +59,8 @@ class BlockingQueue:
             fut = waiters.popleft()
             if not fut.done():
                 fut.set_result(item)
+                if self.deadlines:
+                    self._note_dead()  # its deadline lingers until the timer or a prune
                 return True
         return False
 
@@ -76,19 +92,49 @@ class BlockingQueue:
         fut: asyncio.Future[T | None] = loop.create_future()
         self.waiters.append(fut)
         if timeout is not None:
-            handle = loop.call_later(timeout, _expire, fut)
-            fut.add_done_callback(_Cancel(handle, self))
-        else:
-            fut.add_done_callback(self.waiter_done)
+            self.loop = loop
+            deadline = loop.time() + timeout
+            self.deadlines.append((deadline, fut))
+            if self.timer is None or deadline < self.timer_at:
+                self._arm(deadline)
         return fut
 
-    def waiter_done(self, _fut: Any = None) -> None:
-        """A waiter resolved (timed out, cancelled or served): prune the dead ones now and then."""
+    def _arm(self, deadline: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = deadline
+        self.timer = self.loop.call_at(deadline, self._expire_due)  # type: ignore[union-attr]
+
+    def _expire_due(self) -> None:
+        """The timer fired: time out every waiter whose deadline came, re-arm for the next."""
+        self.timer = None
+        now = self.loop.time() + DEADLINE_SLACK  # type: ignore[union-attr]
+        left: deque[tuple[float, asyncio.Future[T | None]]] = deque()
+        earliest = 0.0
+        for entry in self.deadlines:
+            fut = entry[1]
+            if fut.done():
+                continue  # served, cancelled or already timed out: dropped
+            deadline = entry[0]
+            if deadline <= now:
+                fut.set_result(None)
+                self._note_dead()  # it lingers in the line of waiters until a hand-off or a prune
+                continue
+            left.append(entry)
+            if not earliest or deadline < earliest:
+                earliest = deadline
+        self.deadlines = left
+        if left:
+            self._arm(earliest)
+
+    def _note_dead(self) -> None:
+        """A waiter resolved and lingers in a line: prune the dead ones now and then (a waiter
+        cancelled by its session lingers too, and goes with the next prune or the timer)."""
         self.dead += 1
-        waiters = self.waiters
-        if self.dead > PRUNE_AFTER and self.dead * 2 > len(waiters):
+        if self.dead > PRUNE_AFTER and self.dead * 2 > len(self.waiters) + len(self.deadlines):
             self.dead = 0
-            self.waiters = deque(f for f in waiters if not f.done())
+            self.waiters = deque([f for f in self.waiters if not f.done()])
+            self.deadlines = deque([e for e in self.deadlines if not e[1].done()])
 
     def live_waiters(self) -> int:
         return sum(1 for f in self.waiters if not f.done())
@@ -99,22 +145,7 @@ class BlockingQueue:
             fut = self.waiters.popleft()
             if not fut.done():
                 fut.set_result(None)
-
-
-class _Cancel:
-    """A timed waiter resolved: cancel its timer and tell its queue (no closure per waiter)."""
-
-    __slots__ = ("handle", "queue")
-
-    def __init__(self, handle: asyncio.TimerHandle, queue: BlockingQueue) -> None:
-        self.handle = handle
-        self.queue = queue
-
-    def __call__(self, _fut: Any) -> None:
-        self.handle.cancel()
-        self.queue.waiter_done()
-
-
-def _expire(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
+        self.deadlines.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
