@@ -14,6 +14,8 @@ the hot path (in the same sitting: a busy host slows both sides alike).
     kestreld bench hotpath                  # set, get, reliable; best of 3
     kestreld bench hotpath --connections 100 --rounds 2000
     kestreld bench hotpath --profile set    # cProfile, top functions
+    kestreld bench hotpath -c 2 waiting     # the open/close loop, the consumer blocked (/t=)
+    kestreld bench hotpath version          # no queue work: what every request pays
 
 (``.venv/bin/python scripts/bench_hotpath.py`` is the same program.)  It measures the
 implementation that runs (the first line says which): ``KESTRELD_NO_EXTENSIONS=1 kestreld
