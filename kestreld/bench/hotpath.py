@@ -51,6 +51,25 @@ async def _rounds(conns, request: bytes, rounds: int) -> float:
     return time.process_time() - started
 
 
+async def _open_close_rounds(producers, consumers, set_req: bytes, rounds: int, *, waiting: bool):
+    """CPU seconds for ``rounds`` items through the open/close loop."""
+    get_req = b"get hot/close/open/t=500\r\n" if waiting else b"get hot/close/open\r\n"
+    started = time.process_time()
+    for _ in range(rounds):
+        if waiting:
+            for c in consumers:
+                c.data_received(get_req)  # blocks: the queue is empty
+        for c in producers:
+            c.data_received(set_req)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        if not waiting:
+            for c in consumers:
+                c.data_received(get_req)
+        await asyncio.sleep(0)
+    return time.process_time() - started
+
+
 async def measure(workload: str, connections: int, rounds: int, size: int, folder: str) -> dict:
     config = build_server_config(None, {"queue_path": folder, "port": 0, "log_level": "warning"})
     server = Server(config)
@@ -70,37 +89,15 @@ async def measure(workload: str, connections: int, rounds: int, size: int, folde
         elif workload == "get":
             await _rounds(conns, set_req, rounds)  # prefill, unmeasured
             seconds = await _rounds(conns, b"get hot\r\n", rounds)
-        elif workload == "reliable":
-            # Half the connections produce, half run the open/close loop: per item
-            # one set and one get hot/close/open, as scripts/bench's reliable rows.
+        elif workload in ("reliable", "waiting"):
+            # Half the connections produce, half run the open/close loop: per item one set
+            # and one get hot/close/open, as scripts/bench's reliable rows.  "waiting": the
+            # consumer is blocked (/t=) when the item comes, the hand-off from the set's
+            # acknowledgement to the waiting get.
             half = connections // 2
-            producers, consumers = conns[:half], conns[half:]
-            started = time.process_time()
-            for _ in range(rounds):
-                for c in producers:
-                    c.data_received(set_req)
-                await asyncio.sleep(0)
-                await asyncio.sleep(0)
-                for c in consumers:
-                    c.data_received(b"get hot/close/open\r\n")
-                await asyncio.sleep(0)
-            seconds = time.process_time() - started
-            ops = half * rounds
-        elif workload == "waiting":
-            # The open/close loop with a consumer that is waiting (/t=) when the item
-            # comes: the hand-off from the set's acknowledgement to the blocked get.
-            half = connections // 2
-            producers, consumers = conns[:half], conns[half:]
-            started = time.process_time()
-            for _ in range(rounds):
-                for c in consumers:
-                    c.data_received(b"get hot/close/open/t=500\r\n")
-                for c in producers:
-                    c.data_received(set_req)
-                await asyncio.sleep(0)
-                await asyncio.sleep(0)
-                await asyncio.sleep(0)
-            seconds = time.process_time() - started
+            seconds = await _open_close_rounds(
+                conns[:half], conns[half:], set_req, rounds, waiting=workload == "waiting"
+            )
             ops = half * rounds
         else:
             raise SystemExit(f"unknown workload {workload}")

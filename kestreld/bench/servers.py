@@ -172,7 +172,39 @@ def ensure_memcached() -> str:
 # --- the servers ---------------------------------------------------------------------------
 
 
-class MemcachedServer:
+class _PeerProcess:
+    """An external server process on a loopback port: started, its pid, stopped (SIGTERM)."""
+
+    name = ""
+    proc: subprocess.Popen | None = None
+    port = 0
+
+    def _spawn(self, cmd: list[str], **popen) -> None:
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, **popen
+        )
+        try:
+            wait_for_port(self.port)
+        except RuntimeError:
+            self.stop()
+            raise
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class MemcachedServer(_PeerProcess):
     """A private memcached on a loopback port (no UDP), the protocol's upper bound."""
 
     name = "memcached"
@@ -192,27 +224,8 @@ class MemcachedServer:
             cmd += ["-t", str(self.threads)]
         if os.geteuid() == 0:
             cmd += ["-u", "nobody"]  # memcached refuses to run as root otherwise
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        try:
-            wait_for_port(self.port)
-        except RuntimeError:
-            self.stop()
-            raise
+        self._spawn(cmd)
         return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # --- Darner ----------------------------------------------------------------------------------------
@@ -231,7 +244,7 @@ def darner_path(given: str | None = None) -> str | None:
     return found if found and os.path.isfile(found) and os.access(found, os.X_OK) else None
 
 
-class DarnerServer:
+class DarnerServer(_PeerProcess):
     """Darner on a fresh data folder (``darner -p PORT -d DATA_DIR``), removed on stop."""
 
     name = "darner"
@@ -244,31 +257,14 @@ class DarnerServer:
 
     def start(self) -> DarnerServer:
         self.port = free_port()
-        cmd = [self.binary, "-p", str(self.port), "-d", self.folder]
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        self._spawn(
+            [self.binary, "-p", str(self.port), "-d", self.folder], stderr=subprocess.DEVNULL
         )
-        try:
-            wait_for_port(self.port)
-        except RuntimeError:
-            self.stop()
-            raise
         return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
     def stop(self) -> None:
         try:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
+            super().stop()
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
 
