@@ -12,6 +12,7 @@ cdef class Batch:
     cdef public double started
     cdef public object end_segment
     cdef public long long end_offset
+    cdef public object payload
 
     cpdef add_done_callback(self, object fn)
 

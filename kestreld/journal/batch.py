@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,15 +18,16 @@ class Batch:
     after the same write (and, with ``sync_journal = 0``, the same fsync).
     """
 
-    __slots__ = ("done", "error", "callbacks", "started", "end_segment", "end_offset")
+    __slots__ = ("done", "error", "callbacks", "started", "end_segment", "end_offset", "payload")
 
     def __init__(self) -> None:
-        self.started = time.perf_counter()
+        self.started = perf_counter()
         self.end_segment: Segment | None = None  # where its last put ends (puts only)
         self.end_offset = 0
         self.done = False
         self.error: str | None = None
         self.callbacks: list[Callable[[Batch], None]] = []
+        self.payload: object = None  # what the batch's owner keeps with it (a queue: its puts)
 
     def add_done_callback(self, fn: Callable[[Batch], None]) -> None:
         if self.done:

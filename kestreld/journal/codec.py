@@ -30,6 +30,10 @@ _PUT8 = struct.Struct("<Biiqqq")  # ... expire_time
 _HEAD = struct.Struct("<Bq")
 _DONE = struct.Struct("<Bi")
 _DONE1 = struct.Struct("<Biq")  # READ_DONE of one id: a plain get's or a /close's confirm
+# The encoders of every put and confirm, bound once (no method lookup per record).
+_pack_put6 = _PUT6.pack
+_pack_put8 = _PUT8.pack
+_pack_done1 = _DONE1.pack
 
 PUT_HEADER_SIZE = _PUT6.size  # 25 bytes before the data
 PUT_EXPIRY_HEADER_SIZE = _PUT8.size  # 33 bytes before the data
@@ -121,8 +125,8 @@ def put_header(
 ) -> bytes:
     """The PUT header alone, for writers that append the data separately (no copy)."""
     if expire_time:
-        return _PUT8.pack(0x88, size, error_count, id, add_time, expire_time)
-    return _PUT6.pack(0x86, size, error_count, id, add_time)
+        return _pack_put8(0x88, size, error_count, id, add_time, expire_time)
+    return _pack_put6(0x86, size, error_count, id, add_time)
 
 
 def encode_read_head(id: int) -> bytes:
@@ -133,7 +137,7 @@ def encode_read_done(ids: list[int] | tuple[int, ...]) -> bytes:
     """READ_DONE: the header word is the byte length of the id block (8 per id)."""
     n = len(ids)
     if n == 1:  # the usual tick at one connection: no format string built
-        return _DONE1.pack(0x91, 8, ids[0])
+        return _pack_done1(0x91, 8, ids[0])
     return _DONE.pack(0x91, 8 * n) + struct.pack(f"<{n}q", *ids)
 
 

@@ -24,5 +24,5 @@ cdef class PeriodicSync:
     cdef public object _loop
 
     @cython.locals(batch=Batch)
-    cpdef written(self, list batches)
+    cpdef bint written(self, list batches) except -1
     cpdef wrote_to(self, int fd)

@@ -94,21 +94,21 @@ class PeriodicSync:
         """A write or fsync failed: refuse puts for a while before the next attempt."""
         self.failed_until = time.monotonic() + WRITE_RETRY_MS / 1000
 
-    def written(self, batches: list[Batch]) -> None:
-        """Batches handed to the OS: acknowledge them now, or after the next fsync."""
+    def written(self, batches: list[Batch]) -> bool:
+        """Batches handed to the OS: True if they are safe now (the writer acknowledges
+        them), False if they wait for the next fsync (acknowledged after it)."""
         if not batches:
-            return
+            return False
         if self.sync_journal == 0:
             self._unsynced += batches
             self._start()
-            return
-        for batch in batches:
-            self._acknowledge(batch)
+            return False
         if self.sync_journal is not None:
             if self._syncing:
                 self._sync_again = True  # the timer is armed when that fsync is done
             elif self._timer is None:
                 self._arm_timer()
+        return True
 
     def _arm_timer(self) -> None:
         assert self.sync_journal is not None

@@ -4,6 +4,7 @@
 
 cimport cython
 
+from kestreld.journal cimport codec
 from kestreld.journal.batch cimport Batch
 
 
@@ -26,3 +27,7 @@ cdef class ProgressLog:
     @cython.locals(ids=list, batch=Batch)
     cpdef Batch write(self)
     cpdef _resolved(self, Batch batch)
+
+
+@cython.locals(n=Py_ssize_t)
+cpdef _write_all(int fd, bytes data)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from os import write as os_write
 
 import structlog
 
@@ -198,7 +199,7 @@ class ProgressLog:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    n = os.write(fd, data)
+    n = os_write(fd, data)
     if n == len(data):
         return  # the usual case: no view, no loop
     view = memoryview(data)[n:]

@@ -6,6 +6,7 @@
 
 cimport cython
 
+from kestreld.journal cimport codec
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.periodic_sync cimport PeriodicSync
 from kestreld.journal.progress cimport ProgressLog
@@ -28,6 +29,8 @@ cdef class WriterJournal:
     cdef public Batch _batch
     cdef public bint _flush_scheduled
     cdef public object _loop
+    cdef public object _call_soon
+    cdef public object _flush_bound
     cdef public object reader
     cdef public list _progress
     cdef public PeriodicSync sync
@@ -40,7 +43,12 @@ cdef class WriterJournal:
 
     cpdef join(self, ProgressLog progress)
     cpdef _schedule_flush(self)
+    @cython.locals(written=list, batch=Batch)
     cpdef flush(self)
+    @cython.locals(written=list, batch=Batch, progress=list, log_=ProgressLog, done=Batch)
+    cpdef list _write_tick(self)
+    @cython.locals(seg=Segment)
+    cpdef write_buffer(self)
 
     @cython.locals(end=object, seg=Segment)
     cpdef _acknowledge(self, Batch batch)

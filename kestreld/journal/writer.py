@@ -17,7 +17,9 @@ import asyncio
 import bisect
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor
+from os import writev
 
 import structlog
 
@@ -59,6 +61,8 @@ class WriterJournal:
         "_batch",
         "_flush_scheduled",
         "_loop",
+        "_call_soon",
+        "_flush_bound",
         "reader",
         "_progress",
         "sync",
@@ -90,6 +94,9 @@ class WriterJournal:
         self._batch: Batch | None = None  # the batch the buffer belongs to
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        # loop.call_soon and self.flush, bound once (a flush is scheduled every busy tick).
+        self._call_soon: Callable[..., object] | None = None
+        self._flush_bound: Callable[[], None] | None = None
         self.reader = SegmentReader()  # read-behind reads of every reader of the queue
         self._progress: list[ProgressLog] = []  # readers' progress logs with confirms this tick
         self.sync = PeriodicSync(
@@ -288,16 +295,19 @@ class WriterJournal:
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
-            loop = self._loop
-            if loop is None:
-                try:
-                    loop = self._loop = asyncio.get_running_loop()
-                except RuntimeError:
-                    # Driven outside an event loop (offline tools, tests): write now.
-                    self.flush()
-                    return
+            if self._call_soon is None:
+                loop = self._loop
+                if loop is None:
+                    try:
+                        loop = self._loop = asyncio.get_running_loop()
+                    except RuntimeError:
+                        # Driven outside an event loop (offline tools, tests): write now.
+                        self.flush()
+                        return
+                self._call_soon = loop.call_soon
+                self._flush_bound = self.flush
             self._flush_scheduled = True
-            loop.call_soon(self.flush)
+            self._call_soon(self._flush_bound)
 
     def retire(self, fd: int) -> None:
         """A progress file descriptor no longer written: closed once no fsync can use it."""
@@ -348,8 +358,7 @@ class WriterJournal:
             return
         if self._fd < 0:
             self._open_current()
-        seg = self.current
-        assert seg is not None
+        seg = self.segments[-1]
         try:
             _write_chunks(self._fd, self._buf, self._buf_size)
         except OSError as e:
@@ -382,7 +391,10 @@ class WriterJournal:
     def flush(self) -> None:
         """Write this tick's puts and confirms; acknowledge them now, or after one fsync."""
         self._flush_scheduled = False
-        self.sync.written(self._write_tick())
+        written = self._write_tick()
+        if written and self.sync.written(written):
+            for batch in written:
+                self._acknowledge(batch)
 
     def _write_tick(self) -> list[Batch]:
         """One write for the puts, one append per reader with confirms; the batches written."""
@@ -551,7 +563,7 @@ WRITEV_CHUNKS = 1024
 def _write_chunks(fd: int, chunks: list[bytes], size: int) -> None:
     """Write ``chunks`` (``size`` bytes in all) whole: one ``writev`` in the usual case, no copy."""
     if len(chunks) <= WRITEV_CHUNKS:
-        n = os.writev(fd, chunks)
+        n = writev(fd, chunks)
         if n == size:
             return
         data = b"".join(chunks)

@@ -168,7 +168,11 @@ class QueueCollection:
 
     def reader(self, full_name: str, create: bool) -> Reader | None:
         """The reader for ``q`` or ``q+r`` (the name must be legal); raises TooManyQueues."""
-        qname, _, rname = full_name.partition("+")
+        if "+" in full_name:
+            qname, _, rname = full_name.partition("+")
+        else:  # the usual name: no fanout reader, no split
+            qname = full_name
+            rname = ""
         queue = self.queue(qname, create)
         if queue is None:
             return None

@@ -27,12 +27,17 @@ cdef class JournaledQueue:
     cdef public long long pending_items
     cdef public long long pending_bytes
     cdef public bint deleted
+    cdef public long long max_age
+    cdef public long long max_item_size
+
+    @cython.locals(reader=Reader)
+    cpdef Reader reader(self, str rname, bint create)
 
     @cython.locals(readers=dict, default=Reader, reader=Reader, journal=WriterJournal,
                    batch=Batch, item=QueueItem, pending=list, p_items=cython.longlong,
                    p_bytes=cython.longlong, put=list, size=Py_ssize_t)
     cpdef put(self, object data, object expire_time, object now, object error_count=*)
 
-    @cython.locals(nbytes=Py_ssize_t, put=list, item=QueueItem, readers=list, reader=Reader,
+    @cython.locals(nbytes=Py_ssize_t, puts=list, put=list, item=QueueItem, reader=Reader,
                    seg=Segment)
-    cpdef _acknowledged(self, list puts, Batch batch)
+    cpdef _acknowledged(self, Batch batch)

@@ -8,7 +8,6 @@ A ``journal = false`` queue keeps no files and lives in memory only.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,6 +22,8 @@ from kestreld.journal.files import QueueFiles, unlink_quietly
 from kestreld.journal.writer import JournalWriteError, WriterJournal
 from kestreld.queues.item import QueueItem
 from kestreld.queues.reader import Compaction, Reader
+
+wall_clock = time.time  # read per batch; a global is cheaper than time.time in the compiled build
 
 log = structlog.get_logger("kestreld.queues")
 
@@ -69,6 +70,8 @@ class JournaledQueue:
         "pending_items",
         "pending_bytes",
         "deleted",
+        "max_age",
+        "max_item_size",
     )
 
     def __init__(
@@ -81,6 +84,8 @@ class JournaledQueue:
         self.name = name
         self.server_config = server_config
         self.config: QueueConfig = server_config.queue(name)
+        self.max_age = self.config.max_age or 0  # the config's, read by every put
+        self.max_item_size = self.config.max_item_size
         self.folder = server_config.queue_path
         self.executor = executor
         self.journal: WriterJournal | None = None
@@ -198,7 +203,7 @@ class JournaledQueue:
 
         Raises QueueFull (NOT_STORED) or JournalWriteError (SERVER_ERROR).
         """
-        max_age = self.config.max_age
+        max_age = self.max_age
         if max_age:
             limit = now + max_age
             if not expire_time or expire_time > limit:
@@ -254,7 +259,8 @@ class JournaledQueue:
         if batch is not self._pending_batch:
             self._pending_batch = batch
             self._pending = pending = []
-            batch.add_done_callback(functools.partial(self._acknowledged, pending))
+            batch.payload = pending  # this tick's puts, for _acknowledged
+            batch.add_done_callback(self._acknowledged)
         put = [QueueItem(id_, now, expire_time, error_count, data), seg, offset, skipping]
         if expire_time and expire_time <= now:
             # Expired on arrival: every reader expires it once acknowledged, and that
@@ -291,8 +297,10 @@ class JournaledQueue:
             if not reader.is_full(p_items, p_bytes):
                 return
 
-    def _acknowledged(self, puts: list[_Put], batch: Batch) -> None:
-        """A batch resolved: offer its items to the readers, or drop them if it failed."""
+    def _acknowledged(self, batch: Batch) -> None:
+        """A batch resolved: offer its items (``batch.payload``, the puts of its tick) to the
+        readers, or drop them if it failed."""
+        puts = batch.payload
         if self._pending is puts:
             self._pending_batch = None
             self._pending = []
@@ -310,8 +318,8 @@ class JournaledQueue:
         self.pending_bytes -= nbytes
         if self.deleted:
             return
-        readers = list(self.readers.values())
         if batch.error is not None:
+            readers = list(self.readers.values())
             # Refused with SERVER_ERROR: never delivered; the ids are spent.
             for put in puts:
                 item = put[0]
@@ -323,13 +331,14 @@ class JournaledQueue:
             return
         if stored_observer is not None:
             stored_observer(self.name, time.perf_counter() - batch.started, len(puts), nbytes)
-        now = int(time.time() * 1000)
+        now = int(wall_clock() * 1000)
+        readers = self.readers  # an offer never adds or removes a reader
         for put in puts:
             item = put[0]
             seg = put[1]
             offset = put[2]
             skipping = put[3]
-            for reader in readers:
+            for reader in readers.values():
                 if skipping is not None and reader in skipping:
                     reader.drop(item.id, len(item.data))  # full, or discarded on the way in
                 else:
@@ -387,6 +396,8 @@ class JournaledQueue:
         """Apply a reloaded config live."""
         self.server_config = server_config
         self.config = server_config.queue(self.name)
+        self.max_age = self.config.max_age or 0
+        self.max_item_size = self.config.max_item_size
         if self.journal is not None:
             self.journal.reconfigure(
                 self.config.max_journal_size, self.config.sync_journal, server_config.archive_path
