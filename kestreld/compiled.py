@@ -35,6 +35,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.queues.reader",
     "kestreld.queues.journaled_queue",
     "kestreld.queues.collection",
+    "kestreld.session.traffic",
     "kestreld.session.reply",
     "kestreld.session.fetch",
     "kestreld.session.session",

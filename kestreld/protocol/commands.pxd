@@ -20,5 +20,5 @@ cpdef bint accept_set(Connection conn, list args, Py_ssize_t size) except -1
 @cython.locals(noreply=bint, name=str)
 cpdef cmd_set(Connection conn, list args, bytes data)
 
-@cython.locals(with_cas=bint)
+@cython.locals(with_cas=bint, f=Fetch)
 cpdef cmd_get(Connection conn, list args)

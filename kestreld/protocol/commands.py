@@ -121,7 +121,7 @@ def _name_arg(conn: MemcacheConnection, args: list[bytes]) -> str | None:
 
 def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
     """The line of a ``set``: True to read its block, False (answered) to skip it."""
-    conn.stats.cmd_set += 1
+    conn.traffic.cmd_set += 1
     out = conn.out
     if len(args) < 5:
         out.append(BAD_COMMAND_LINE)
@@ -207,20 +207,21 @@ def cmd_get(conn: MemcacheConnection, args: list[bytes]) -> None:
     if len(args) > 2:
         _get_many(conn, args[1:], with_cas)
         return
-    f = parse_get(args[1])
-    if f.__class__ is bytes:
-        conn.out.append(f)  # type: ignore[arg-type]
+    parsed = parse_get(args[1])
+    if type(parsed) is bytes:
+        conn.out.append(parsed)  # type: ignore[arg-type]
         return
-    f.with_id = with_cas  # type: ignore[union-attr]
-    conn.session.fetch(f, True)  # type: ignore[arg-type]
-    conn.answer_fetch(f, True)  # type: ignore[arg-type]
+    f = parsed
+    f.with_id = with_cas
+    conn.session.fetch(f, True)
+    conn.answer_fetch(f, True)
 
 
 def _get_many(conn: MemcacheConnection, keys: list[bytes], with_cas: bool) -> None:
     parsed = []
     for key in keys:
         f = parse_get(key)
-        if f.__class__ is bytes:
+        if type(f) is bytes:
             conn.out.append(f)  # type: ignore[arg-type]
             return
         if f.open or f.timeout:  # type: ignore[union-attr]

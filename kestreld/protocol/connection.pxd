@@ -5,14 +5,17 @@
 cimport cython
 
 from kestreld.protocol.framing cimport Command, Framing, Sink
+from kestreld.queues.item cimport QueueItem
 from kestreld.session.fetch cimport Fetch
 from kestreld.session.reply cimport PendingReply
 from kestreld.session.session cimport Session
+from kestreld.session.traffic cimport Traffic
 
 
 cdef class Connection(Sink):
     cdef public object server
     cdef public object stats
+    cdef public Traffic traffic
     cdef public Session session
     cdef public object transport
     cdef public object peer
@@ -48,7 +51,7 @@ cdef class Connection(Sink):
     cpdef expect_put(self, str name, object expire, bint noreply)
     cpdef tuple take_put(self)
     cpdef hold(self, PendingReply reply)
-    @cython.locals(reply=PendingReply, behind=PendingReply, parts=list, outcome=int, data=bytes, size=Py_ssize_t, header=bytes)
+    @cython.locals(reply=PendingReply, behind=PendingReply, parts=list, outcome=int, data=bytes, size=Py_ssize_t, header=bytes, item=QueueItem)
     cpdef answer_fetch(self, Fetch f, bint single)
     cpdef replies_ready(self, object ticket=*)
 

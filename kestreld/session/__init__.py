@@ -7,6 +7,7 @@
 - :mod:`kestreld.session.reply` -- :class:`PendingReply`, a reply promised to the client
   that resolves to its bytes or to an error once the journal has it.
 - :mod:`kestreld.session.errors` -- why a request was refused.
+- :mod:`kestreld.session.traffic` -- :class:`Traffic`, the server-wide per-request counters.
 
 The session knows nothing of a wire syntax: front ends (``kestreld.protocol``)
 parse requests, call its verbs and render what they return.  It depends on

@@ -6,15 +6,18 @@ cimport cython
 from kestreld.journal.batch cimport Batch
 from kestreld.queues.collection cimport QueueCollection
 from kestreld.queues.item cimport QueueItem
+from kestreld.queues.journaled_queue cimport JournaledQueue
 from kestreld.queues.reader cimport Reader
 from kestreld.session.fetch cimport Fetch
 from kestreld.session.reply cimport PendingReply
+from kestreld.session.traffic cimport Traffic
 
 
 cdef class Session:
     cdef public object server
     cdef public QueueCollection queues
     cdef public object stats
+    cdef public Traffic traffic
     cdef public object listener
     cdef public object ready
     cdef public dict open_reads
@@ -28,19 +31,22 @@ cdef class Session:
     cdef public bint authenticating
     cdef public object trace
 
+    @cython.locals(queue=JournaledQueue)
     cpdef admit_put(self, str name, Py_ssize_t size)
     @cython.locals(unacked=list, batch=Batch)
     cpdef object put(self, str name, bytes data, object expire, bint want_reply)
     @cython.locals(unacked=list)
     cpdef bint puts_pending(self) except -1
 
-    @cython.locals(fetch=bint, refused=bint, create=bint, reader=Reader, item=QueueItem)
+    @cython.locals(fetch=bint, refused=bint, create=bint, reader=Reader, item=QueueItem,
+                   traffic=Traffic)
     cpdef int fetch(self, Fetch f, bint single) except -1
     @cython.locals(ticket=Batch, reply=PendingReply, behind=PendingReply)
     cpdef _hand_out(self, Reader reader, Fetch f, QueueItem item)
     @cython.locals(f=Fetch, behind=PendingReply)
     cpdef _wait_done(self, object fut)
-    cpdef object _confirm(self, object reader, list reads)
+    @cython.locals(ticket=Batch, reply=PendingReply)
+    cpdef object _confirm(self, Reader reader, list reads)
     @cython.locals(reply=PendingReply)
-    cpdef PendingReply _hold(self, object ticket, object reader)
+    cpdef PendingReply _hold(self, Batch ticket, object reader)
     cpdef reply_failed(self, PendingReply reply)

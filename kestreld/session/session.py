@@ -70,6 +70,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("kestreld.session")
 
+wall_clock = time.time  # read per put; a global is cheaper than time.time when compiled
+
 __all__ = ["Session"]
 
 
@@ -80,6 +82,7 @@ class Session:
         "server",
         "queues",
         "stats",
+        "traffic",
         "listener",
         "ready",
         "open_reads",
@@ -98,6 +101,7 @@ class Session:
         self.server = server
         self.queues = server.queues
         self.stats = server.stats
+        self.traffic = server.stats.traffic  # per-request counters (C fields when compiled)
         #: The front end: ``replies_ready(ticket)``, ``wait_ended(fetch)``, ``monitor_item(fetch)``.
         self.listener = listener
         #: ``listener.replies_ready(ticket)``, bound once: the callback of every ticket.
@@ -227,10 +231,13 @@ class Session:
         refusal = server.writes_refused
         if refusal is not None:
             raise NotWritable(refusal)
-        # The queue's own config (the same object, kept current by reloads) saves a lookup.
+        # The queue's own copy of its max_item_size (kept current by reloads) saves a lookup.
         queue = self.queues.queues.get(name)
-        config = queue.config if queue is not None else server.config.queue(name)
-        if size > config.max_item_size:
+        if queue is not None:
+            limit = queue.max_item_size
+        else:
+            limit = server.config.queue(name).max_item_size
+        if size > limit:
             raise NotStored("item too large")
 
     def put(self, name: str, data: bytes, expire: int, want_reply: bool) -> PendingReply | None:
@@ -243,7 +250,7 @@ class Session:
         Later fetches of this session wait for it (:meth:`puts_pending`).
         """
         try:
-            batch = self.queues.put(name, data, expire, int(time.time() * 1000))
+            batch = self.queues.put(name, data, expire, int(wall_clock() * 1000))
         except QueueFull:
             raise NotStored("queue full") from None
         except TooManyQueues as e:
@@ -299,6 +306,7 @@ class Session:
         """
         server = self.server
         stats = self.stats
+        traffic = self.traffic
         f.reply = None
         f.item = None
         fetch = f.open or not (f.close or f.abort)
@@ -315,11 +323,11 @@ class Session:
                 f.outcome = REFUSED
                 return REFUSED
             if fetch:
-                stats.get_misses += 1
+                traffic.get_misses += 1
                 if f.peek:
-                    stats.cmd_peek += 1
+                    traffic.cmd_peek += 1
                 else:
-                    stats.cmd_get += 1
+                    traffic.cmd_get += 1
             f.outcome = MISS
             return MISS
         reads = self.open_reads.get(reader)
@@ -337,24 +345,24 @@ class Session:
             f.outcome = MISS
             return MISS
         if f.peek:
-            stats.cmd_peek += 1
+            traffic.cmd_peek += 1
         else:
-            stats.cmd_get += 1
+            traffic.cmd_get += 1
             if reads and (not f.open or len(reads) >= server.config.max_open_reads):
                 # A plain get while a read is open, or too many open reads.
                 f.outcome = BUSY
                 return BUSY
-        now = int(time.time() * 1000)
+        now = int(wall_clock() * 1000)
         item = reader.peek(now) if f.peek else reader.take(now)
         if item is not None:
-            stats.get_hits += 1
+            traffic.get_hits += 1
             if server.latency_observer is not None:
                 server.latency_observer("get_hit", 0.0)
             self._hand_out(reader, f, item)
             f.outcome = ITEM
             return ITEM
         if not single or f.timeout <= 0 or self.no_wait:
-            stats.get_misses += 1
+            traffic.get_misses += 1
             f.outcome = MISS
             return MISS
         fut = reader.wait(server.loop, f.timeout / 1000)
@@ -416,10 +424,10 @@ class Session:
                 reader.full_name,
             )
         if item is None:
-            self.stats.get_misses += 1
+            self.traffic.get_misses += 1
             f.outcome = MISS  # type: ignore[union-attr]
         else:
-            self.stats.get_hits += 1
+            self.traffic.get_hits += 1
             if f.peek:  # type: ignore[union-attr]
                 reader.return_items([item])  # a peek only looks: the item stays at the head
             self._hand_out(reader, f, item)  # type: ignore[arg-type]
@@ -469,7 +477,7 @@ class Session:
 
     def monitor_open(self, f: Fetch, item: QueueItem) -> None:
         """One item of a monitor: opened by this session, then shown to the listener."""
-        self.stats.get_hits += 1
+        self.traffic.get_hits += 1
         if self.trace is not None:
             self.trace.taken()
         f.item = item

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 from kestreld.queues.collection import QueueCollection
 from kestreld.queues.reader import Reader
+from kestreld.session.traffic import COUNTERS as TRAFFIC_COUNTERS
+from kestreld.session.traffic import Traffic
 
 #: Per-queue keys, in the reference order.
 QUEUE_STAT_KEYS = (
@@ -22,17 +24,28 @@ QUEUE_STAT_KEYS = (
 class ServerStats:
     started: float = field(default_factory=time.time)
     total_connections: int = 0
-    cmd_get: int = 0
-    cmd_set: int = 0
-    cmd_peek: int = 0
-    get_hits: int = 0
-    get_misses: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
+    #: cmd_get, cmd_set, cmd_peek, get_hits, get_misses, bytes_read, bytes_written (below).
+    traffic: Traffic = field(default_factory=Traffic)
     # security: authentications of clients (auth_file), queues refused by max_queues
     auth_successes: int = 0
     auth_failures: int = 0
     queue_create_refusals: int = 0
+
+
+def _traffic_counter(name: str) -> property:
+    """``stats.<name>`` reads and writes ``stats.traffic.<name>``."""
+
+    def get(stats: ServerStats) -> int:
+        return getattr(stats.traffic, name)  # type: ignore[no-any-return]
+
+    def set_(stats: ServerStats, value: int) -> None:
+        setattr(stats.traffic, name, value)
+
+    return property(get, set_, doc=f"``{name}``, counted in :class:`Traffic`.")
+
+
+for _name in TRAFFIC_COUNTERS:
+    setattr(ServerStats, _name, _traffic_counter(_name))
 
 
 def _physical_memory() -> int:
