@@ -27,6 +27,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.queues.item",
     "kestreld.queues.blocking",
     "kestreld.journal.codec",
+    "kestreld.journal.fileio",
     "kestreld.journal.batch",
     "kestreld.journal.progress",
     "kestreld.journal.periodic_sync",

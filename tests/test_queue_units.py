@@ -5,11 +5,12 @@ real server is in test_queue_accounts.py and test_queue_model.py."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import struct
 
 from kestreld.config import QueueConfig
-from kestreld.journal import codec
+from kestreld.journal import codec, fileio
 from kestreld.journal.checkpoint import read_checkpoint
 from kestreld.journal.progress import ProgressLog, rewrite
 from kestreld.journal.writer import WriterJournal
@@ -219,3 +220,49 @@ def test_one_id_read_done_is_the_same_record_as_the_general_form():
     assert codec.encode_read_done([-7]) == struct.pack("<Biq", 0x91, 8, -7)
     data = codec.encode_checkpoint(2) + codec.encode_read_done([5]) + codec.encode_read_done([4])
     assert codec.decode_progress(data) == (2, {4, 5}, set(), None)
+
+
+EDGES_64 = (0, 1, -1, 255, 256, 2**31, 2**32 + 7, -(2**40), 2**63 - 1, -(2**63))
+EDGES_32 = (0, 1, -1, 127, 128, 65535, 2**31 - 1, -(2**31))
+
+
+def test_put_header_and_one_id_read_done_are_structs_bytes_at_the_edges():
+    """The compiled build writes these two records field by field (issue 28): the bytes
+    must be the Structs' for every value a field can hold, and out-of-range values are
+    refused in both builds."""
+    for id_ in EDGES_64:
+        assert codec.encode_read_done([id_]) == struct.pack("<Biq", 0x91, 8, id_)
+        for add_time in EDGES_64:
+            for size in EDGES_32:
+                header = codec.put_header(id_, add_time, size, 0, size)
+                assert header == struct.pack("<Biiqq", 0x86, size, size, id_, add_time)
+    record = codec.put_header(9, 1234, 3) + b"abc"
+    assert record == codec.encode_put(9, 1234, b"abc")
+    for bad in ((2**63, 0, 1), (1, -(2**63) - 1, 1), (1, 0, 2**31), (1, 0, -(2**31) - 1)):
+        try:
+            codec.put_header(*bad)
+        except (OverflowError, struct.error):
+            continue
+        raise AssertionError(f"put_header{bad} was not refused")
+
+
+def test_file_writes_are_whole_and_raise_like_os_write(tmp_path):
+    """kestreld.journal.fileio (write(2)/writev(2) without the GIL dance when compiled)."""
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fileio.write_all(fd, b"head;")
+        fileio.write_chunks(fd, [b"a", b"", b"bc;"], 4)
+        many = [bytes([65 + i % 26]) for i in range(fileio.WRITEV_CHUNKS * 2 + 3)]
+        fileio.write_chunks(fd, many, len(many))  # more than one writev takes: joined
+        fileio.write_chunks(fd, [], 0)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"head;abc;" + b"".join(many)
+    for call in (lambda: fileio.write_all(fd, b"x"), lambda: fileio.write_chunks(fd, [b"x"], 1)):
+        try:
+            call()
+        except OSError as e:
+            assert e.errno == errno.EBADF
+        else:
+            raise AssertionError("a write to a closed descriptor did not raise")

@@ -6,6 +6,7 @@ cimport cython
 
 from kestreld.journal cimport codec
 from kestreld.journal.batch cimport Batch
+from kestreld.journal.fileio cimport write_all
 
 
 cdef class ProgressLog:
@@ -28,6 +29,3 @@ cdef class ProgressLog:
     cpdef Batch write(self)
     cpdef _resolved(self, Batch batch)
 
-
-@cython.locals(n=Py_ssize_t)
-cpdef _write_all(int fd, bytes data)

@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from os import write as os_write
 
 import structlog
 
 from kestreld.journal import codec
 from kestreld.journal.batch import Batch
+from kestreld.journal.fileio import write_all
 from kestreld.journal.files import unlink_quietly
 
 log = structlog.get_logger("kestreld.journal")
@@ -142,7 +142,7 @@ class ProgressLog:
             if not self.size:  # a new file (or one cut back to nothing) starts whole
                 head, done = self._state()
                 record = codec.encode_checkpoint(head, done) + record
-            _write_all(self.fd, record)
+            write_all(self.fd, record)
         except OSError as e:
             log.error("progress_write_failed", path=self.path, error=e.strerror)
             self._cut_back()
@@ -198,15 +198,6 @@ class ProgressLog:
         return old
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    n = os_write(fd, data)
-    if n == len(data):
-        return  # the usual case: no view, no loop
-    view = memoryview(data)[n:]
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 class FolderNotSynced(OSError):
     """The rewrite was renamed over the file, but the folder's fsync failed.
 
@@ -236,7 +227,7 @@ def rewrite(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -8,6 +8,7 @@ cimport cython
 
 from kestreld.journal cimport codec
 from kestreld.journal.batch cimport Batch
+from kestreld.journal.fileio cimport write_chunks
 from kestreld.journal.periodic_sync cimport PeriodicSync
 from kestreld.journal.progress cimport ProgressLog
 from kestreld.journal.segment cimport Segment
@@ -52,6 +53,3 @@ cdef class WriterJournal:
 
     @cython.locals(end=object, seg=Segment)
     cpdef _acknowledge(self, Batch batch)
-
-@cython.locals(n=Py_ssize_t, data=bytes)
-cpdef _write_chunks(int fd, list chunks, Py_ssize_t size)

@@ -19,13 +19,13 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from os import writev
 
 import structlog
 
 from kestreld.journal import codec
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
+from kestreld.journal.fileio import write_chunks
 from kestreld.journal.files import segment_name, unlink_quietly
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
@@ -360,7 +360,7 @@ class WriterJournal:
             self._open_current()
         seg = self.segments[-1]
         try:
-            _write_chunks(self._fd, self._buf, self._buf_size)
+            write_chunks(self._fd, self._buf, self._buf_size)
         except OSError as e:
             self._write_failed(seg, e)
             raise JournalWriteError(f"journal write failed: {e.strerror}") from e
@@ -554,24 +554,6 @@ class WriterJournal:
         for seg in self.segments:
             unlink_quietly(seg.path)
         self.segments = []
-
-
-#: Chunks handed to one ``writev`` (Linux's IOV_MAX is 1,024).
-WRITEV_CHUNKS = 1024
-
-
-def _write_chunks(fd: int, chunks: list[bytes], size: int) -> None:
-    """Write ``chunks`` (``size`` bytes in all) whole: one ``writev`` in the usual case, no copy."""
-    if len(chunks) <= WRITEV_CHUNKS:
-        n = writev(fd, chunks)
-        if n == size:
-            return
-        data = b"".join(chunks)
-    else:
-        data = b"".join(chunks)
-        n = os.write(fd, data)
-    while n < size:  # a short write (a full disk is an OSError): the rest, from where it stopped
-        n += os.write(fd, memoryview(data)[n:])
 
 
 def _put_id(put: codec.Put) -> int:
