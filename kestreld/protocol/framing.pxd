@@ -4,6 +4,11 @@
 
 cimport cython
 
+cdef bint COMPILED
+
+@cython.locals(start=cython.p_char, found=cython.p_char)
+cdef inline Py_ssize_t _find_newline(bytes data, Py_ssize_t pos, Py_ssize_t end)
+
 cdef class Command:
     cdef public bytes word
     cdef public int shape

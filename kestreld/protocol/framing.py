@@ -31,6 +31,14 @@ from collections.abc import Callable
 
 from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
 
+try:
+    import cython
+    from cython.cimports.libc.string import memchr
+
+    COMPILED = cython.compiled
+except (ImportError, AttributeError):  # plain Python (Cython absent, or not compiling)
+    COMPILED = False
+
 #: Shapes of a request.
 LINE = 0  # a line only
 STORAGE = 1  # <cmd> <key> <flags> <exptime> <bytes> [<cas unique>] [noreply], then a block
@@ -243,7 +251,7 @@ class Framing:
                 sink.bad_block(self.block_quiet)
                 self.drop_line = True
                 continue
-            nl = data.find(b"\n", pos)
+            nl = _find_newline(data, pos, end) if COMPILED else data.find(b"\n", pos)
             if self.drop_line:
                 if nl < 0:
                     pos = end  # dropped as it arrives, never buffered
@@ -321,3 +329,12 @@ class Framing:
                 self.need = need
                 rest = b""
         self.buf = rest
+
+
+def _find_newline(data: bytes, pos: int, end: int) -> int:
+    """Where the next ``\\n`` at or after ``pos`` is in ``data`` (``end`` long); -1: none.
+
+    The compiled build's ``bytes.find``: ``memchr``, not a Python method call."""
+    start = cython.cast(cython.p_char, data)
+    found = cython.cast(cython.p_char, memchr(start + pos, 10, end - pos))
+    return -1 if found == cython.NULL else found - start

@@ -18,6 +18,7 @@ cdef class PendingReply:
     cdef public bint rendered
     cdef public bint failed
 
+    cdef _start(self, Batch ticket, int kind, object reader)
     cpdef undo_reopens(self, object read)
     cpdef undo_gives_back(self, object read)
     cpdef undo_returns(self, object item)
@@ -30,3 +31,5 @@ cdef class PendingReply:
 
 @cython.locals(reply=PendingReply)
 cpdef PendingReply pending_put(Batch ticket)
+@cython.locals(reply=PendingReply)
+cpdef PendingReply pending_confirm(Batch ticket, object reader)

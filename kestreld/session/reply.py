@@ -40,6 +40,9 @@ class PendingReply:
     )
 
     def __init__(self, ticket: Any, kind: int, reader: Reader | None = None) -> None:
+        self._start(ticket, kind, reader)
+
+    def _start(self, ticket: Any, kind: int, reader: Reader | None) -> None:
         self.ticket = ticket  # the queues' batch; opaque to front ends
         self.kind = kind
         #: The reply on success, filled by the front end (a put's is the front end's own
@@ -88,15 +91,15 @@ class PendingReply:
 
 
 def pending_put(ticket: Any) -> PendingReply:
-    """The reply of a put, acknowledged once ``ticket`` resolves (the hot path: no lists)."""
+    """The reply of a put, acknowledged once ``ticket`` resolves (the hot path: no type call)."""
     reply = PendingReply.__new__(PendingReply)
-    reply.ticket = ticket
-    reply.kind = PUT
-    reply.parts = None
-    reply.reader = None
-    reply.reopen = None
-    reply.give_back = None
-    reply.taken = None
-    reply.rendered = False
-    reply.failed = False
+    reply._start(ticket, PUT, None)
+    return reply
+
+
+def pending_confirm(ticket: Any, reader: Reader) -> PendingReply:
+    """The reply of a confirm of ``reader`` (a ``/close``'s, a plain get's), acknowledged
+    once ``ticket`` resolves."""
+    reply = PendingReply.__new__(PendingReply)
+    reply._start(ticket, CONFIRM, reader)
     return reply

@@ -9,7 +9,7 @@ from kestreld.queues.item cimport QueueItem
 from kestreld.queues.journaled_queue cimport JournaledQueue
 from kestreld.queues.reader cimport Reader
 from kestreld.session.fetch cimport Fetch
-from kestreld.session.reply cimport PendingReply
+from kestreld.session.reply cimport PendingReply, pending_confirm, pending_put
 from kestreld.session.traffic cimport Traffic
 
 
@@ -33,7 +33,7 @@ cdef class Session:
 
     @cython.locals(queue=JournaledQueue)
     cpdef admit_put(self, str name, Py_ssize_t size)
-    @cython.locals(unacked=list, batch=Batch)
+    @cython.locals(unacked=list, batch=Batch, oldest=Batch)
     cpdef object put(self, str name, bytes data, object expire, bint want_reply)
     @cython.locals(unacked=list)
     cpdef bint puts_pending(self) except -1

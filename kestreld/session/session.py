@@ -60,7 +60,7 @@ from kestreld.session.errors import (
     QueueRefused,
 )
 from kestreld.session.fetch import BUSY, GONE, ITEM, LIMITED, MISS, REFUSED, WAIT, Fetch
-from kestreld.session.reply import CONFIRM, PendingReply, pending_put
+from kestreld.session.reply import PendingReply, pending_confirm, pending_put
 
 if TYPE_CHECKING:
     from kestreld.queues.item import QueueItem
@@ -269,8 +269,10 @@ class Session:
             return None
         unacked = self.unacked
         if not unacked or unacked[-1] is not batch:
-            if unacked and unacked[0].done:
-                unacked = self.unacked = [b for b in unacked if not b.done]
+            if unacked:
+                oldest = unacked[0]
+                if oldest.done:
+                    unacked = self.unacked = [b for b in unacked if not b.done]
             unacked.append(batch)
             batch.add_done_callback(self.ready)
         if not want_reply:
@@ -571,7 +573,7 @@ class Session:
         return reply
 
     def _hold(self, ticket: Any, reader: Reader) -> PendingReply:
-        reply = PendingReply(ticket, CONFIRM, reader)
+        reply = pending_confirm(ticket, reader)
         if not ticket.done and self.confirm_ticket is not ticket:
             self.confirm_ticket = ticket  # one callback per batch, however many replies
             ticket.add_done_callback(self.ready)
