@@ -26,7 +26,7 @@ class Batch:
         self.end_offset = 0
         self.done = False
         self.error: str | None = None
-        self.callbacks: list[Callable[[Batch], None]] = []
+        self.callbacks: list[Callable[[Batch], None]] | None = []
         self.payload: object = None  # what the batch's owner keeps with it (a queue: its puts)
 
     def add_done_callback(self, fn: Callable[[Batch], None]) -> None:
@@ -41,7 +41,7 @@ class Batch:
         self.done = True
         self.error = error
         callbacks = self.callbacks
-        self.callbacks = []
+        self.callbacks = None  # nothing is added once done (add_done_callback calls at once)
         for fn in callbacks:
             fn(self)
 

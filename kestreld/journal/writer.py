@@ -365,7 +365,7 @@ class WriterJournal:
             self._write_failed(seg, e)
             raise JournalWriteError(f"journal write failed: {e.strerror}") from e
         seg.written = seg.size
-        self._buf = []
+        self._buf.clear()  # written synchronously: the list is free again
         self._buf_size = 0
 
     def _write_failed(self, seg: Segment, e: OSError) -> None:
@@ -406,6 +406,8 @@ class WriterJournal:
                 written.append(batch)
             except JournalWriteError as e:
                 batch.resolve(str(e))
+        if not self._progress:
+            return written  # no confirms this tick
         progress, self._progress = self._progress, []
         for log_ in progress:
             done = log_.write()

@@ -18,7 +18,6 @@ cdef class PendingReply:
     cdef public bint rendered
     cdef public bint failed
 
-    cdef _start(self, Batch ticket, int kind, object reader)
     cpdef undo_reopens(self, object read)
     cpdef undo_gives_back(self, object read)
     cpdef undo_returns(self, object item)

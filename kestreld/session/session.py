@@ -272,7 +272,10 @@ class Session:
             if unacked:
                 oldest = unacked[0]
                 if oldest.done:
-                    unacked = self.unacked = [b for b in unacked if not b.done]
+                    if len(unacked) == 1:
+                        unacked.clear()  # the usual case: the last put's batch, resolved
+                    else:
+                        unacked = self.unacked = [b for b in unacked if not b.done]
             unacked.append(batch)
             batch.add_done_callback(self.ready)
         if not want_reply:
