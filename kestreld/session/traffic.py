@@ -31,13 +31,5 @@ class Traffic:
         self.bytes_written = 0
 
 
-#: The counters (the fields above; a compiled class has no ``__slots__`` to read them from).
-COUNTERS = (
-    "cmd_get",
-    "cmd_set",
-    "cmd_peek",
-    "get_hits",
-    "get_misses",
-    "bytes_read",
-    "bytes_written",
-)
+#: The counters, in the order ``stats`` shows them (the compiled class keeps ``__slots__`` too).
+COUNTERS: tuple[str, ...] = Traffic.__slots__
