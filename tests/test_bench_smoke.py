@@ -70,9 +70,42 @@ def test_every_command_has_help(capsys):
 
 
 def test_compare_matrix_holds_the_rows_the_targets_read():
-    keys = {s.key for s in bench_cli.compare_matrix(False, 5, 2)}
-    assert {"set-1k-c100-d1", "get-1k-c100-d1", "reliable-1k-p50c50-d1"} <= keys
-    assert "set-sync0-1k-c100-d1" in keys
+    for quick in (False, True):
+        keys = {s.key for s in bench_cli.compare_matrix(quick, 5, 2)}
+        assert {"set-1k-c100-d1", "get-1k-c100-d1", "reliable-1k-p50c50-d1"} <= keys
+        assert {"reliable-get-1k-c1-d1", "reliable-get-1k-c100-d1"} <= keys
+        assert "set-sync0-1k-c100-d1" in keys
+
+
+def test_a_reliable_drain_confirms_every_item_once(tmp_path):
+    """get-drain --reliable: one get q/close/open per item (the first opens, the last
+    closes), so the row's unit is a request, as a plain get's."""
+    spec = Spec("get-drain", reliable=True, connections=10, depth=4, items=2000, seconds=1.0)
+    spec.size = 64
+    row = measure(spec, "kestreld", workdir=str(tmp_path))
+    assert row is not None and row.key == "reliable-get-64b-c10-d4"
+    assert row.errors == 0, row.error_samples
+    assert row.check.startswith("exactly once"), row.check
+    assert row.units == 2000 and "get q/close/open" in row.description
+
+
+def test_issue_28s_targets_read_a_get_and_a_reliable_get_against_memcacheds_get():
+    from kestreld.bench.workloads import Row
+
+    def row(key: str, server: str, us: float) -> Row:
+        return Row(key, key, server, "get", 100, 100, 1.0, 100.0, 1.0, 2.0, 9.0, 1.0, us, 0.5,
+                   10.0, 12.0, 0.1, 1.0, 0.1, 1.0, "1 1 1", "-", 0, [])  # fmt: skip
+
+    rows = [
+        row("get-1k-c100-d1", "kestreld", 6.5),
+        row("get-1k-c100-d1", "memcached", 6.0),
+        row("reliable-get-1k-c100-d1", "kestreld", 8.0),
+        row("reliable-get-1k-c100-d1", "memcached", 6.1),  # its plain get: not the reference
+    ]
+    by = {t.limit: t for t in evaluate(rows) if "memcached get" in t.limit}
+    get, reliable = by["<= 1.1x memcached get"], by["<= 1.3x memcached get"]
+    assert get.value == pytest.approx(6.5 / 6.0) and get.met
+    assert reliable.value == pytest.approx(8.0 / 6.0) and reliable.met is False
 
 
 def test_profile_summary_shares_of_self_and_total(tmp_path):
@@ -144,7 +177,8 @@ def test_every_import_in_the_bench_package_resolves():
 def test_darner_runs_kestrelds_queue_workloads_without_kestrelds_config():
     from kestreld.bench.workloads import plan
 
-    for spec in (SMALL["put-many"], SMALL["get-drain"], SMALL["flood"]):
+    reliable_drain = dataclasses.replace(SMALL["get-drain"], reliable=True)
+    for spec in (SMALL["put-many"], SMALL["get-drain"], reliable_drain, SMALL["flood"]):
         k, d = plan(spec, "kestreld"), plan(spec, "darner")
         assert d is not None and k is not None and d.config == ""
         assert [(r.name, r.kind, r.queue) for r in d.roles] == [
@@ -211,11 +245,14 @@ def test_the_three_way_table_and_the_darner_targets():
     __import__("kestreld.bench.servers", fromlist=["darner_path"]).darner_path() is None,
     reason="no Darner binary (set DARNER_BIN)",
 )
-@pytest.mark.parametrize("workload", ["put-many", "get-drain", "flood"])
+@pytest.mark.parametrize("workload", ["put-many", "get-drain", "reliable-get", "flood"])
 def test_darner_side_delivers_every_item_once(workload, tmp_path):
     from kestreld.bench.servers import darner_path
 
-    spec = dataclasses.replace(SMALL[workload], seconds=1.0, size=1024)
+    if workload == "reliable-get":
+        spec = dataclasses.replace(SMALL["get-drain"], reliable=True, seconds=1.0, size=1024)
+    else:
+        spec = dataclasses.replace(SMALL[workload], seconds=1.0, size=1024)
     row = measure(spec, "darner", workdir=str(tmp_path), darner=darner_path())
     assert row is not None and row.server == "darner"
     assert row.errors == 0, row.error_samples

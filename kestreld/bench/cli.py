@@ -171,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         "arrive exactly once; what a time-bounded run leaves is drained and counted after.",
     )
     p.add_argument("-c", "--connections", type=int, default=10, help="connections (default: 10)")
+    p.add_argument(
+        "--reliable",
+        action="store_true",
+        help="reliable reads: get q/open, then get q/close/open per item (memcached: get)",
+    )
     item_args(p, items=100_000)
     common(p)
 
@@ -354,7 +359,7 @@ def spec_from(args: argparse.Namespace) -> Spec:
         spec.sync_journal = args.sync_journal
     if args.command in ("flood", "leaky-reader", "many-clients"):
         spec.connections = args.consumers
-    if args.command == "flood":
+    if args.command in ("flood", "get-drain"):
         spec.reliable = args.reliable
     if args.command == "leaky-reader":
         spec.abort_rate, spec.drop_rate = args.abort_rate, args.drop_rate
@@ -428,6 +433,10 @@ def compare_matrix(quick: bool, seconds: float, procs: int) -> list[Spec]:
                 )
             )
     n = items(1024)
+    for c in (1, 100):  # reliable reads of a prefilled queue: one get q/close/open per item
+        specs.append(
+            with_changes(base, workload="get-drain", reliable=True, connections=c, items=n)
+        )
     specs.append(
         with_changes(base, workload="flood", reliable=True, producers=1, connections=1, items=n)
     )

@@ -218,9 +218,11 @@ def darner_table(rows: list[Row], markdown: bool = False) -> str:
 DARNER_ROWS = (
     ("set-1k-c100-d1", "set, 100 conns"),
     ("get-1k-c100-d1", "get, 100 conns"),
+    ("reliable-get-1k-c100-d1", "reliable get, 100 conns"),
     ("reliable-1k-p50c50-d1", "open/close loop, 50+50 conns"),
     ("set-1k-c1-d1", "set, 1 conn"),
     ("get-1k-c1-d1", "get, 1 conn"),
+    ("reliable-get-1k-c1-d1", "reliable get, 1 conn"),
     ("reliable-1k-p1c1-d1", "open/close loop, 1+1 conns"),
 )
 
@@ -287,6 +289,7 @@ TARGET_COLUMNS = ("target", "measured", "limit", "verdict", "margin")
 SET_100 = "set-1k-c100-d1"
 GET_100 = "get-1k-c100-d1"
 RELIABLE_100 = "reliable-1k-p50c50-d1"
+RELIABLE_GET_100 = "reliable-get-1k-c100-d1"
 SYNC_100 = "set-sync0-1k-c100-d1"
 
 
@@ -349,6 +352,23 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
             higher_is_better=True,
         )
     )
+    # issue 28: per request, a get within 1.1x and a reliable get (one get q/close/open per
+    # item: it confirms the previous item and opens the next) within 1.3x of memcached's get.
+    _, mg = pair(GET_100)
+    for key, what, bound in ((GET_100, "get", 1.1), (RELIABLE_GET_100, "reliable get", 1.3)):
+        k, _ = pair(key)
+        if k is None or mg is None:
+            continue
+        out.append(
+            Target(
+                f"server CPU per {what}, 1 KiB, 100 conns, against memcached's get",
+                f"{k.server_us:.1f} us vs memcached get {mg.server_us:.1f} us = "
+                f"{k.server_us / mg.server_us:.2f}x",
+                f"<= {bound}x memcached get",
+                k.server_us / mg.server_us if mg.server_us else None,
+                bound,
+            )
+        )
     out += darner_targets(rows)
     if backlog:
         out.append(

@@ -41,7 +41,7 @@ class Spec:
     depth: int = 1  # requests in flight per connection (pipelining)
     items: int = 100_000  # upper bound on the work
     seconds: float = 5.0  # upper bound on the time
-    reliable: bool = False  # flood: get q/close/open instead of plain get
+    reliable: bool = False  # flood, get-drain: get q/close/open instead of plain get
     readers: int = 3  # fanout
     sync_journal: int | None = None
     wait_ms: int = 100  # consumers' get /t=
@@ -59,7 +59,7 @@ class Spec:
         size = f"{self.size // 1024}k" if self.size % 1024 == 0 else f"{self.size}b"
         name = {
             "put-many": "set",
-            "get-drain": "get",
+            "get-drain": "reliable-get" if self.reliable else "get",
             "flood": "reliable" if self.reliable else "flood",
         }.get(self.workload, self.workload)
         if self.sync_journal is not None:
@@ -83,7 +83,8 @@ class Spec:
             sync = f", sync_journal={self.sync_journal}" if self.sync_journal is not None else ""
             return f"set {size}, {self.connections} conn{depth}{sync}"
         if self.workload == "get-drain":
-            return f"get {size}, {self.connections} conn{depth}"
+            get = "reliable get (get q/close/open)" if self.reliable else "get"
+            return f"{get} {size}, {self.connections} conn{depth}"
         if self.workload == "flood":
             loop = "open/close loop" if self.reliable else "set+get"
             return f"{loop} {size}, {self.producers}+{self.connections} conn{depth}"
@@ -135,14 +136,18 @@ def plan(spec: Spec, server: str) -> Plan | None:
         return Plan([producer], "set", "producer", config=config, note=note)
     if spec.workload == "get-drain":
         prefill = Role("prefill", "set", 4, n, size=size, depth=64, distinct_keys=mc, verify=not mc)
+        # A reliable drain: each request confirms the item before and opens the next, so one
+        # request per item, as a plain get (memcached's analog is its get).
+        reliable = spec.reliable and not mc
         consumer = Role(
             "consumer",
-            "get",
+            "reliable" if reliable else "get",
             spec.connections,
             n,
             size=size,
             depth=depth,
             distinct_keys=mc,
+            shared_stop=reliable,
             stop_on_miss=True,
             verify=not mc,
         )
@@ -154,6 +159,7 @@ def plan(spec: Spec, server: str) -> Plan | None:
             prefill=[prefill],
             producer="" if mc else "prefill",
             complete=[] if mc else ["consumer"],
+            note="memcached: plain get" if mc and spec.reliable else "",
         )
     if spec.workload in ("flood", "fanout") and mc:
         reads = spec.readers if spec.workload == "fanout" else 1
