@@ -9,6 +9,11 @@ cdef bint COMPILED
 @cython.locals(start=cython.p_char, found=cython.p_char)
 cdef inline Py_ssize_t _find_newline(bytes data, Py_ssize_t pos, Py_ssize_t end)
 
+@cython.locals(words=list, chars=cython.p_uchar, i=Py_ssize_t, j=Py_ssize_t)
+cpdef list _split_words(bytes data, Py_ssize_t pos, Py_ssize_t stop)
+
+cdef inline bint _is_space(unsigned char c) noexcept
+
 cdef class Command:
     cdef public bytes word
     cdef public int shape
