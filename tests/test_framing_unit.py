@@ -8,7 +8,11 @@ Runs against whichever implementation is loaded (compiled or Python).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from kestreld.compiled import is_compiled
+from kestreld.protocol import framing as framing_module
 from kestreld.protocol.framing import (
     GO,
     KEEP,
@@ -86,6 +90,32 @@ def test_a_line_sent_byte_by_byte_is_one_request(wire):
     for byte in b"get q/open\r\n":
         feed(bytes([byte]))
     assert sink.events == [("request", b"get", [b"get", b"q/open"], False)]
+
+
+#: Bytes a request line may hold around its words: every ASCII whitespace, a stray \r,
+#: bytes above 127 (not whitespace for bytes.split) and a NUL.
+_LINE_BYTES = st.binary(max_size=40).map(
+    lambda b: bytes(b" \t\x0b\x0c\rab\x85\xa0\x00"[x % 10] for x in b)
+)
+
+
+@given(_LINE_BYTES)
+def test_a_line_splits_into_its_words_as_bytes_split_does(line):
+    framing = Framing(TABLE, UNKNOWN, 64)
+    sink = Recorder()
+    framing.parse(sink, b"get " + line + b"\n")
+    words = (b"get " + line).split()
+    assert sink.events == [("request", b"get", words, False)]
+
+
+@pytest.mark.skipif(
+    not is_compiled("kestreld.protocol.framing"), reason="the compiled build's own splitter"
+)
+@given(_LINE_BYTES, st.integers(0, 45), st.integers(0, 45))
+def test_the_compiled_splitter_is_bytes_split_on_any_range(line, pos, stop):
+    stop = min(stop, len(line))
+    pos = min(pos, stop)
+    assert framing_module._split_words(line, pos, stop) == line[pos:stop].split()
 
 
 def test_a_bare_newline_ends_a_line(wire):
@@ -206,3 +236,37 @@ def test_keep_holds_input_until_taken(wire):
     assert framing.take_input() == b"get q\r\n"
     assert framing.take_input() == b""
     assert sink.events == []
+
+
+# --- get keys: parsed once per distinct key, a fresh Fetch per request -------------------------
+
+
+def test_a_repeated_get_key_gives_a_fresh_fetch_with_the_same_options():
+    from kestreld.protocol import commands
+    from kestreld.session.fetch import MISS, Fetch
+
+    first = commands.parse_get(b"jobs/close/open/t=250")
+    assert isinstance(first, Fetch)
+    assert (first.name, first.close, first.open, first.timeout) == ("jobs", True, True, 250)
+    first.with_id, first.outcome, first.item = True, 0, object()  # what a request does to it
+    again = commands.parse_get(b"jobs/close/open/t=250")
+    assert again is not first and isinstance(again, Fetch)
+    assert (again.name, again.close, again.open, again.abort, again.peek) == (
+        "jobs", True, True, False, False,
+    )  # fmt: skip
+    assert (again.timeout, again.key, again.with_id) == (250, b"jobs/close/open/t=250", False)
+    assert (again.outcome, again.item, again.reply, again.behind, again.reader) == (
+        MISS, None, None, None, None,
+    )  # fmt: skip
+
+
+def test_a_bad_get_key_is_answered_the_same_every_time_and_the_cache_stays_bounded():
+    from kestreld.protocol import commands
+
+    bad = commands.parse_get(b"q/t=soon")
+    assert bad == commands.parse_get(b"q/t=soon") and bad.startswith(b"CLIENT_ERROR bad timeout")
+    assert commands.parse_get(b"../etc/open") == commands.BAD_QUEUE_NAME
+    for i in range(commands._GET_CACHE_LIMIT + 10):
+        commands.parse_get(b"q%d/open" % i)
+    assert len(commands._GET_CACHE) <= commands._GET_CACHE_LIMIT
+    assert commands.parse_get(b"q7/open").name == "q7"

@@ -237,6 +237,8 @@ FIELD_WRITES_ALLOWED = {
     ("kestreld/session/session.py", "f"),
     # The factory of PendingReply beside the class fills a new instance.
     ("kestreld/session/reply.py", "reply"),
+    # Fetch.again fills a new Fetch (its own class) from the parsed one.
+    ("kestreld/session/fetch.py", "f"),
     ("kestreld/protocol/text.py", "f"),
     ("kestreld/protocol/thrift.py", "f"),
     # OpenIds' own private record of one held read (_Held), changed only by OpenIds.

@@ -11,8 +11,11 @@ from kestreld.session.fetch cimport Fetch
 
 cpdef object queue_name(bytes raw)
 
-@cython.locals(opts=Fetch, parts=list, opt=bytes, name=str)
+@cython.locals(template=Fetch, cache=dict)
 cpdef object parse_get(bytes key)
+
+@cython.locals(opts=Fetch, parts=list, opt=bytes, name=str)
+cdef object _parse_get(bytes key)
 
 @cython.locals(out=list, name=str, raw=bytes)
 cpdef bint accept_set(Connection conn, list args, Py_ssize_t size) except -1

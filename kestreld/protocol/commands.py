@@ -74,8 +74,28 @@ def queue_name(raw: bytes) -> str | None:
     return name
 
 
+#: Parsed get keys (``q/close/open/t=100``): a client repeats the same few, and parsing
+#: one takes a split, a loop of comparisons and an int().  Each request gets its own copy.
+_GET_CACHE: dict[bytes, Fetch | bytes] = {}
+_GET_CACHE_LIMIT = 10_000
+
+
 def parse_get(key: bytes) -> Fetch | bytes:
-    """The fetch a get key asks for, or the CLIENT_ERROR reply for a bad one."""
+    """A new fetch for what a get key asks, or the CLIENT_ERROR reply for a bad one."""
+    cache = _GET_CACHE
+    parsed = cache.get(key)
+    if parsed is None:
+        parsed = _parse_get(key)
+        if len(cache) >= _GET_CACHE_LIMIT:
+            cache.clear()  # hostile clients cycling keys cannot grow it without bound
+        cache[key] = parsed
+    if type(parsed) is bytes:
+        return parsed
+    template: Fetch = parsed  # type: ignore[assignment]
+    return template.again()
+
+
+def _parse_get(key: bytes) -> Fetch | bytes:
     opts = Fetch()
     opts.key = key
     parts = key.split(b"/")

@@ -1,5 +1,8 @@
 # Cython declarations for fetch.py (compiled when a compiler is present; see kestreld/compiled.py).
 
+cimport cython
+
+
 cdef class Fetch:
     cdef public str name
     cdef public object timeout
@@ -17,3 +20,5 @@ cdef class Fetch:
     cdef public double started
 
     cpdef bint fetches(self) except -1
+    @cython.locals(f=Fetch)
+    cpdef Fetch again(self)

@@ -64,3 +64,23 @@ class Fetch:
     def fetches(self) -> bool:
         """True when the get asks for an item (not only a /close or /abort)."""
         return self.open or not (self.close or self.abort)
+
+    def again(self) -> Fetch:
+        """A new get with these options (what a front end parsed) and no outcome yet: a front
+        end keeps one parsed Fetch per distinct key and starts each request from it."""
+        f = Fetch.__new__(Fetch)
+        f.name = self.name
+        f.timeout = self.timeout
+        f.open = self.open
+        f.close = self.close
+        f.abort = self.abort
+        f.peek = self.peek
+        f.key = self.key
+        f.with_id = False
+        f.outcome = MISS
+        f.item = None
+        f.reply = None
+        f.behind = None
+        f.reader = None
+        f.started = 0.0
+        return f
