@@ -9,10 +9,10 @@ long-waiting get cannot make short polls behind it pile up.  Everything runs
 on the event loop thread: no locks are needed.
 
 Timed waits share one timer per queue, armed for the earliest deadline (a
-``/t=`` get that is served early leaves its deadline behind, to be dropped
-when the timer fires or when the line of deadlines is pruned): a wait costs
-no timer of its own, which is most of what a blocked ``get q/t=...`` would
-otherwise pay for its timeout.
+``/t=`` get that is served leaves the line of deadlines with the hand-off, as
+the oldest in it; one ended by its session lingers until the timer fires or
+the line is pruned): a wait costs no timer of its own, which is most of what a
+blocked ``get q/t=...`` would otherwise pay for its timeout.
 """
 
 from __future__ import annotations
@@ -59,8 +59,11 @@ class BlockingQueue:
             fut = waiters.popleft()
             if not fut.done():
                 fut.set_result(item)
-                if self.deadlines:
-                    self._note_dead()  # its deadline lingers until the timer or a prune
+                deadlines = self.deadlines
+                # Timed waits began in the order of the line, and the oldest live waiter was
+                # just served: its deadline and any older ones are done, at the head.
+                while deadlines and deadlines[0][1].done():
+                    deadlines.popleft()
                 return True
         return False
 
