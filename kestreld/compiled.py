@@ -32,6 +32,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.journal.progress",
     "kestreld.journal.periodic_sync",
     "kestreld.journal.segment",
+    "kestreld.journal.tick",
     "kestreld.journal.writer",
     "kestreld.queues.reader",
     "kestreld.queues.journaled_queue",

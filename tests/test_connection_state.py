@@ -52,13 +52,39 @@ async def test_a_producer_that_only_sets_keeps_no_acknowledged_batches(connected
     assert producer.out == [] and producer.pending == 0
 
 
+PIPELINED = b"set p 0 0 1\r\nx\r\nset p 0 0 1\r\ny\r\nget p\r\n"
+PIPELINED_REPLIES = b"STORED\r\nSTORED\r\nVALUE p 0 1\r\nx\r\nEND\r\n"
+
+
 async def test_pipelined_sets_then_a_get_still_wait_for_their_batch(connected):
+    """With other clients connected, a read's journal write waits for the loop's next turn
+    (their requests join it): nothing is answered before it."""
     conn, transport = connected
-    conn.data_received(b"set p 0 0 1\r\nx\r\nset p 0 0 1\r\ny\r\nget p\r\n")
+    other = MemcacheConnection(conn.server, COMMANDS, UNKNOWN)
+    other.connection_made(MemoryTransport())
+    conn.data_received(PIPELINED)
     assert bytes(transport.data) == b"", "nothing before the batch is written"
+    assert conn.server.queues.tick.scheduled
     await _tick()
-    assert bytes(transport.data) == b"STORED\r\nSTORED\r\nVALUE p 0 1\r\nx\r\nEND\r\n"
+    assert bytes(transport.data) == PIPELINED_REPLIES
     assert conn.session.unacked == [] and not conn.held
+    other.connection_lost(None)
+
+
+async def test_a_lone_clients_read_is_written_and_answered_before_its_callback_returns(
+    connected,
+):
+    """The server's only client: nobody could share its write, so the read's records are
+    written at the end of its read, then its replies go, in order, at once."""
+    conn, transport = connected
+    assert len(conn.server.connections) == 1
+    conn.data_received(PIPELINED)
+    assert bytes(transport.data) == PIPELINED_REPLIES
+    assert conn.session.unacked == [] and not conn.held and conn.pending == 0
+    queue = conn.server.queues.queues["p"]
+    segment = queue.journal.segments[-1]
+    assert segment.visible == segment.size, "acknowledged: on disk first"
+    assert not conn.server.queues.tick.scheduled and not conn.server.queues.tick.writers
 
 
 async def _until(condition, what: str, seconds: float = 30.0) -> None:

@@ -12,9 +12,10 @@ from kestreld.journal.fileio cimport write_chunks
 from kestreld.journal.periodic_sync cimport PeriodicSync
 from kestreld.journal.progress cimport ProgressLog
 from kestreld.journal.segment cimport Segment
+from kestreld.journal.tick cimport Flushing, Tick
 
 
-cdef class WriterJournal:
+cdef class WriterJournal(Flushing):
     cdef public object folder
     cdef public object queue
     cdef public object max_journal_size
@@ -35,6 +36,7 @@ cdef class WriterJournal:
     cdef public object reader
     cdef public list _progress
     cdef public PeriodicSync sync
+    cdef public Tick tick
 
     cpdef bint available(self) except -1
 
@@ -43,6 +45,7 @@ cdef class WriterJournal:
     cpdef tuple put(self, object add_time, object data, object expire_time=*, object error_count=*)
 
     cpdef join(self, ProgressLog progress)
+    @cython.locals(tick=Tick)
     cpdef _schedule_flush(self)
     @cython.locals(written=list, batch=Batch)
     cpdef flush(self)

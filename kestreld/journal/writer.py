@@ -30,6 +30,7 @@ from kestreld.journal.files import segment_name, unlink_quietly
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
 from kestreld.journal.segment import Segment, SegmentReader
+from kestreld.journal.tick import Flushing, Tick
 
 log = structlog.get_logger("kestreld.journal")
 
@@ -42,7 +43,7 @@ class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
 
 
-class WriterJournal:
+class WriterJournal(Flushing):
     """The segments of one queue and the single writer appending to the newest."""
 
     __slots__ = (
@@ -61,6 +62,7 @@ class WriterJournal:
         "_batch",
         "_flush_scheduled",
         "_loop",
+        "tick",
         "_call_soon",
         "_flush_bound",
         "reader",
@@ -77,6 +79,7 @@ class WriterJournal:
         sync_journal: int | None,
         archive_path: str | None = None,
         executor: Executor | None = None,
+        tick: Tick | None = None,
     ) -> None:
         self.folder = folder
         self.queue = queue
@@ -97,6 +100,9 @@ class WriterJournal:
         # loop.call_soon and self.flush, bound once (a flush is scheduled every busy tick).
         self._call_soon: Callable[..., object] | None = None
         self._flush_bound: Callable[[], None] | None = None
+        #: The server's writers share one flush callback per tick (kestreld/journal/tick.py);
+        #: without one (offline tools, a queue driven by hand) the writer schedules its own.
+        self.tick = tick
         self.reader = SegmentReader()  # read-behind reads of every reader of the queue
         self._progress: list[ProgressLog] = []  # readers' progress logs with confirms this tick
         self.sync = PeriodicSync(
@@ -295,6 +301,12 @@ class WriterJournal:
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
+            tick = self.tick
+            if tick is not None:
+                self._flush_scheduled = True
+                if not tick.add(self):
+                    self.flush()  # no event loop runs: write now
+                return
             if self._call_soon is None:
                 loop = self._loop
                 if loop is None:

@@ -8,6 +8,7 @@ from kestreld.protocol.framing cimport Command, Framing, Sink
 from kestreld.queues.item cimport QueueItem
 from kestreld.session.fetch cimport Fetch
 from kestreld.session.reply cimport PendingReply
+from kestreld.journal.tick cimport Tick
 from kestreld.session.session cimport Session
 from kestreld.session.traffic cimport Traffic
 
@@ -41,7 +42,7 @@ cdef class Connection(Sink):
     cpdef bad_block(self, bint quiet)
     cpdef fatal(self, bytes reply)
 
-    @cython.locals(framing=Framing, ready=bytes)
+    @cython.locals(framing=Framing, ready=bytes, tick=Tick)
     cpdef data_received(self, bytes data)
     cpdef bint blocked(self) except -1
     cpdef process(self, bytes data)

@@ -3,6 +3,7 @@
 
 cimport cython
 
+from kestreld.journal.tick cimport Tick
 from kestreld.queues.journaled_queue cimport JournaledQueue
 from kestreld.queues.reader cimport Reader
 
@@ -17,6 +18,7 @@ cdef class QueueCollection:
     cdef public long long queue_expires
     cdef public bint _checkpointing
     cdef public object _compacting
+    cdef public Tick tick
 
     @cython.locals(queue=JournaledQueue)
     cpdef JournaledQueue queue(self, object name, bint create)

@@ -13,6 +13,7 @@ from kestreld.config import ServerConfig
 from kestreld.journal.batch import Batch, joined
 from kestreld.journal.files import scan_folder
 from kestreld.journal.retire import retire_segments
+from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError
 from kestreld.names import split_queue_name
 from kestreld.queues.alias import AliasedQueue
@@ -58,11 +59,14 @@ class QueueCollection:
         "queue_expires",
         "_checkpointing",
         "_compacting",
+        "tick",
     )
 
     def __init__(self, config: ServerConfig, executor: Executor | None = None) -> None:
         self.config = config
         self.executor = executor
+        #: Every queue's writer journal flushes in this one callback per event-loop tick.
+        self.tick = Tick()
         self.queues: dict[str, JournaledQueue] = {}
         # Names whose puts go to other queues; an alias masks a queue of its name.
         self.aliases: dict[str, AliasedQueue] = {}
@@ -98,7 +102,7 @@ class QueueCollection:
             configured.setdefault(q, []).append(r)
             names.add(q)
         for name in sorted(names):
-            queue = JournaledQueue(name, self.config, executor=self.executor)
+            queue = JournaledQueue(name, self.config, executor=self.executor, tick=self.tick)
             for warning in queue.open(found.queues.get(name), configured.get(name, [])):
                 log.warning("journal_repaired", queue=name, problem=warning)
             self._adopt(queue)
@@ -147,7 +151,7 @@ class QueueCollection:
             limit = self.config.max_queues
             if limit is not None and len(self.queues) >= limit and not self._configured(name):
                 raise TooManyQueues(name, limit)
-            queue = JournaledQueue(name, self.config, executor=self.executor)
+            queue = JournaledQueue(name, self.config, executor=self.executor, tick=self.tick)
             queue.open(
                 None,
                 [

@@ -19,6 +19,7 @@ from kestreld.config import QueueConfig, ServerConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.checkpoint import read_checkpoint
 from kestreld.journal.files import QueueFiles, unlink_quietly
+from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError, WriterJournal
 from kestreld.queues.item import QueueItem
 from kestreld.queues.reader import Compaction, Reader
@@ -80,6 +81,7 @@ class JournaledQueue:
         server_config: ServerConfig,
         *,
         executor: Executor | None = None,
+        tick: Tick | None = None,
     ) -> None:
         self.name = name
         self.server_config = server_config
@@ -97,6 +99,7 @@ class JournaledQueue:
                 sync_journal=self.config.sync_journal,
                 archive_path=server_config.archive_path,
                 executor=executor,
+                tick=tick,
             )
         self.readers: dict[str, Reader] = {}
         self.created_at = time.monotonic()

@@ -4,6 +4,7 @@
 cimport cython
 
 from kestreld.journal.batch cimport Batch
+from kestreld.journal.tick cimport Tick
 from kestreld.queues.collection cimport QueueCollection
 from kestreld.queues.item cimport QueueItem
 from kestreld.queues.journaled_queue cimport JournaledQueue
@@ -16,6 +17,7 @@ from kestreld.session.traffic cimport Traffic
 cdef class Session:
     cdef public object server
     cdef public QueueCollection queues
+    cdef public Tick tick
     cdef public object stats
     cdef public Traffic traffic
     cdef public object listener

@@ -81,6 +81,7 @@ class Session:
     __slots__ = (
         "server",
         "queues",
+        "tick",
         "stats",
         "traffic",
         "listener",
@@ -100,6 +101,9 @@ class Session:
     def __init__(self, server: ServerState, listener: Any) -> None:
         self.server = server
         self.queues = server.queues
+        #: The server's journal tick: a front end holds it while it runs the requests of one
+        #: read, so their writes go out together (kestreld/journal/tick.py).
+        self.tick = server.queues.tick
         self.stats = server.stats
         self.traffic = server.stats.traffic  # per-request counters (C fields when compiled)
         #: The front end: ``replies_ready(ticket)``, ``wait_ended(fetch)``, ``monitor_item(fetch)``.

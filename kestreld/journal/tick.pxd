@@ -1,0 +1,22 @@
+# Cython declarations for tick.py (compiled when a compiler is present; see kestreld/compiled.py).
+
+cimport cython
+
+
+cdef class Flushing:
+    cpdef flush(self)
+
+
+cdef class Tick:
+    cdef public list writers
+    cdef public bint scheduled
+    cdef public int held
+    cdef public object _call_soon
+    cdef public object _turn_bound
+
+    cpdef bint add(self, Flushing writer) except -1
+    cpdef hold(self)
+    @cython.locals(writers=list, writer=Flushing)
+    cpdef release(self, bint now)
+    cpdef bint _schedule(self) except -1
+    cpdef _turn(self)

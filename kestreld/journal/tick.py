@@ -1,0 +1,96 @@
+"""One event-loop tick's journal writes: the writers with something to write, flushed together.
+
+Every put and every confirm of a tick waits for its writer journal's flush (one write per
+queue, then the acknowledgements).  The writers of one server share a Tick: the first that
+has something to write asks the event loop for one callback, and that callback flushes every
+writer that joined meanwhile, so a tick costs one callback however many queues it touched,
+and the puts of every connection read in that turn of the loop share their writes (group
+commit).
+
+A front end reading a batch of requests holds the tick (:meth:`hold`) while it runs them and
+releases it at the end.  With other clients connected the flush stays on the loop's next
+turn, where their requests join it.  A lone client has nobody to share a write with: its
+requests' writes go out at once (:meth:`release` with ``now``), before its read callback
+returns, sparing the trip through the loop (a callback, the GIL taken again, the handle).
+The order is the same either way: each writer writes, then acknowledges, then replies go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+class Flushing:
+    """What a tick flushes (the writer journal): a base class, so the compiled tick calls
+    ``flush`` in C."""
+
+    __slots__ = ()
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+
+class Tick:
+    """The writer journals of one server with a flush due (one writer: the event loop)."""
+
+    __slots__ = ("writers", "scheduled", "held", "_call_soon", "_turn_bound")
+
+    def __init__(self) -> None:
+        self.writers: list[Flushing] = []  # writers with a flush due, in the order they asked
+        self.scheduled = False  # a loop callback is pending
+        self.held = 0  # front ends running a batch of requests (flush when they release)
+        self._call_soon: Any = None  # the loop's call_soon, bound once
+        self._turn_bound: Any = None
+
+    def add(self, writer: Flushing) -> bool:
+        """``writer`` has something to write this tick; False when no loop runs (the caller
+        flushes at once: offline tools, tests driving a queue by hand)."""
+        self.writers.append(writer)
+        if self.scheduled or self.held or self._schedule():
+            return True
+        self.writers.pop()
+        return False
+
+    def hold(self) -> None:
+        """A batch of requests runs: what it writes waits for :meth:`release`."""
+        self.held += 1
+
+    def release(self, now: bool) -> None:
+        """The batch ran: flush at once (``now``: nobody else could join the write) or on the
+        loop's next turn, with the other connections' requests.
+
+        A flush writes every writer that joined, in order; writers joining meanwhile (a
+        reply that let a connection run its next requests) go in the same pass."""
+        self.held -= 1
+        if self.held or not self.writers:
+            return
+        if not now and (self.scheduled or self._schedule()):
+            return
+        self.held += 1
+        try:
+            writers = self.writers
+            while writers:
+                self.writers = []
+                for writer in writers:
+                    writer.flush()
+                writers = self.writers
+        finally:
+            self.held -= 1
+
+    def _schedule(self) -> bool:
+        call_soon = self._call_soon
+        if call_soon is None:
+            try:
+                call_soon = self._call_soon = asyncio.get_running_loop().call_soon
+            except RuntimeError:
+                return False
+            self._turn_bound = self._turn
+        self.scheduled = True
+        call_soon(self._turn_bound)
+        return True
+
+    def _turn(self) -> None:
+        self.scheduled = False
+        self.held += 1
+        self.release(True)

@@ -1,0 +1,82 @@
+"""The journal tick: one flush callback per event-loop turn for every writer, or none at all
+when a lone client's read is written before its callback returns.
+
+Sans-IO: the writers here only record their flushes (the real writer journal's use of the
+tick is covered by tests/test_connection_state.py and every server test)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kestreld.journal.tick import Flushing, Tick
+
+
+class Writer(Flushing):
+    """Records when it was flushed; may ask the tick again while flushing."""
+
+    def __init__(self, name: str, log: list[str], tick: Tick, again: Writer | None = None):
+        self.name = name
+        self.log = log
+        self.tick = tick
+        self.again = again
+
+    def flush(self) -> None:
+        self.log.append(self.name)
+        if self.again is not None:
+            again, self.again = self.again, None
+            self.tick.add(again)
+
+
+async def _turn() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def test_without_a_running_loop_the_caller_flushes_itself():
+    tick = Tick()
+    assert tick.add(Writer("a", [], tick)) is False
+    assert tick.writers == [] and not tick.scheduled
+
+
+async def test_writers_of_one_turn_share_one_callback_and_flush_in_order():
+    tick, log = Tick(), []
+    a, b = Writer("a", log, tick), Writer("b", log, tick)
+    assert tick.add(a) and tick.scheduled
+    assert tick.add(b)
+    assert log == []  # nothing before the loop's next turn
+    await _turn()
+    assert log == ["a", "b"] and not tick.scheduled and tick.writers == []
+
+
+async def test_a_held_batch_is_written_at_its_release_when_nobody_else_could_join():
+    tick, log = Tick(), []
+    tick.hold()
+    tick.add(Writer("a", log, tick))
+    assert not tick.scheduled and log == []
+    tick.release(True)
+    assert log == ["a"] and not tick.scheduled and tick.held == 0
+
+
+async def test_a_held_batch_goes_on_the_next_turn_when_others_may_join():
+    tick, log = Tick(), []
+    tick.hold()
+    tick.add(Writer("a", log, tick))
+    tick.release(False)
+    assert log == [] and tick.scheduled
+    tick.add(Writer("b", log, tick))  # another connection's request, same turn
+    await _turn()
+    assert log == ["a", "b"]
+
+
+async def test_only_the_outermost_release_flushes_and_joiners_go_in_the_same_pass():
+    tick, log = Tick(), []
+    late = Writer("late", log, tick)
+    tick.hold()
+    tick.hold()
+    tick.add(Writer("a", log, tick, again=late))
+    tick.release(True)
+    assert log == []
+    tick.release(True)
+    assert log == ["a", "late"] and not tick.scheduled and tick.writers == []
+    await _turn()
+    assert log == ["a", "late"]  # no callback was left behind
