@@ -80,3 +80,25 @@ async def test_only_the_outermost_release_flushes_and_joiners_go_in_the_same_pas
     assert log == ["a", "late"] and not tick.scheduled and tick.writers == []
     await _turn()
     assert log == ["a", "late"]  # no callback was left behind
+
+
+class Broken(Flushing):
+    def flush(self) -> None:
+        raise RuntimeError("a bug in a flush")
+
+
+async def test_a_failing_flush_leaves_the_writers_after_it_for_the_next_turn():
+    tick, log = Tick(), []
+    tick.hold()
+    tick.add(Writer("a", log, tick))
+    tick.add(Broken())
+    tick.add(Writer("c", log, tick))
+    try:
+        tick.release(True)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the flush's error is not swallowed")
+    assert log == ["a"] and tick.held == 0 and tick.scheduled
+    await _turn()
+    assert log == ["a", "c"] and tick.writers == [] and not tick.scheduled

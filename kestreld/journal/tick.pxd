@@ -16,7 +16,7 @@ cdef class Tick:
 
     cpdef bint add(self, Flushing writer) except -1
     cpdef hold(self)
-    @cython.locals(writers=list, writer=Flushing)
+    @cython.locals(writers=list, writer=Flushing, done=Py_ssize_t)
     cpdef release(self, bint now)
     cpdef bint _schedule(self) except -1
     cpdef _turn(self)

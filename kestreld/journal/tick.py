@@ -72,8 +72,18 @@ class Tick:
             writers = self.writers
             while writers:
                 self.writers = []
-                for writer in writers:
-                    writer.flush()
+                done = 0
+                try:
+                    for writer in writers:
+                        done += 1
+                        writer.flush()
+                except BaseException:
+                    # A flush failed unexpectedly (a bug): the writers after it still owe
+                    # theirs, on the next turn, as if each had its own callback.
+                    self.writers = writers[done:] + self.writers
+                    if self.writers and not self.scheduled:
+                        self._schedule()
+                    raise
                 writers = self.writers
         finally:
             self.held -= 1
