@@ -15,7 +15,7 @@ from kestreld.bench import profiling as bench_profile
 from kestreld.bench.backlog import run_backlog
 from kestreld.bench.report import compare_table, evaluate, rows_table
 from kestreld.bench.servers import memcached_path
-from kestreld.bench.workloads import WORKLOADS, Spec, measure
+from kestreld.bench.workloads import WORKLOADS, Row, Spec, measure
 
 SMALL = {
     "put-many": Spec("put-many", connections=20, items=3000),
@@ -27,6 +27,12 @@ SMALL = {
     "fanout": Spec("fanout", producers=2, readers=3, depth=8, items=2000),
     "many-clients": Spec("many-clients", connections=50, items=300, rate=1000),
 }
+
+
+def _row(key: str, server: str, us: float, unit: str = "set") -> Row:
+    """A measured row with only its key, server and CPU per op of interest."""
+    return Row(key, key, server, unit, 100, 100, 1.0, 100.0, 1.0, 2.0, 9.0, 1.0, us, 0.5,
+               10.0, 12.0, 0.1, 1.0, 0.1, 1.0, "1 1 1", "-", 0, [])  # fmt: skip
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -90,11 +96,8 @@ def test_a_reliable_drain_confirms_every_item_once(tmp_path):
 
 
 def test_issue_28s_targets_read_a_get_and_a_reliable_get_against_memcacheds_get():
-    from kestreld.bench.workloads import Row
-
     def row(key: str, server: str, us: float) -> Row:
-        return Row(key, key, server, "get", 100, 100, 1.0, 100.0, 1.0, 2.0, 9.0, 1.0, us, 0.5,
-                   10.0, 12.0, 0.1, 1.0, 0.1, 1.0, "1 1 1", "-", 0, [])  # fmt: skip
+        return _row(key, server, us, unit="get")
 
     rows = [
         row("get-1k-c100-d1", "kestreld", 6.5),
@@ -220,11 +223,8 @@ def test_compare_without_a_darner_binary_reports_it_and_measures_the_others(
 
 def test_the_three_way_table_and_the_darner_targets():
     from kestreld.bench.report import darner_table
-    from kestreld.bench.workloads import Row
 
-    def row(key: str, server: str, us: float) -> Row:
-        return Row(key, key, server, "set", 100, 100, 1.0, 100.0, 1.0, 2.0, 9.0, 1.0, us, 0.5,
-                   10.0, 12.0, 0.1, 1.0, 0.1, 1.0, "1 1 1", "-", 0, [])  # fmt: skip
+    row = _row
 
     rows = [
         row("set-1k-c100-d1", "kestreld", 6.0),
