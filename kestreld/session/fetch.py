@@ -68,7 +68,7 @@ class Fetch:
     def again(self) -> Fetch:
         """A new get with these options (what a front end parsed) and no outcome yet: a front
         end keeps one parsed Fetch per distinct key and starts each request from it."""
-        f = Fetch.__new__(Fetch)
+        f = Fetch()  # the outcome's fields start as __init__ sets them: one list of defaults
         f.name = self.name
         f.timeout = self.timeout
         f.open = self.open
@@ -76,11 +76,4 @@ class Fetch:
         f.abort = self.abort
         f.peek = self.peek
         f.key = self.key
-        f.with_id = False
-        f.outcome = MISS
-        f.item = None
-        f.reply = None
-        f.behind = None
-        f.reader = None
-        f.started = 0.0
         return f
