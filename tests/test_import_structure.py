@@ -20,6 +20,15 @@ PACKAGE = ROOT / "kestreld"
 
 #: layer -> layers it must not load (directly or through anything it imports).
 FORBIDDEN = {
+    # The clocks: a leaf every layer reads.
+    "kestreld.clock": [
+        "kestreld.journal",
+        "kestreld.queues",
+        "kestreld.session",
+        "kestreld.protocol",
+        "kestreld.server",
+        "kestreld.stats",
+    ],
     "kestreld.names": [
         "kestreld.journal",
         "kestreld.queues",

@@ -4,6 +4,8 @@
 
 cimport cython
 
+from kestreld.clock cimport monotonic
+
 
 cdef class Batch:
     cdef public bint done

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from time import perf_counter
 from typing import TYPE_CHECKING
+
+from kestreld.clock import monotonic
 
 if TYPE_CHECKING:
     from kestreld.journal.segment import Segment
@@ -21,7 +22,7 @@ class Batch:
     __slots__ = ("done", "error", "callbacks", "started", "end_segment", "end_offset", "payload")
 
     def __init__(self) -> None:
-        self.started = perf_counter()
+        self.started = monotonic()
         self.end_segment: Segment | None = None  # where its last put ends (puts only)
         self.end_offset = 0
         self.done = False

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import os
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 
 import structlog
 
+from kestreld.clock import monotonic, now_ms
 from kestreld.journal import codec
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
@@ -250,7 +250,7 @@ class WriterJournal(Flushing):
         """False while puts are refused after a failed write (retried every second)."""
         failed_until = self.sync.failed_until
         # No clock read per put unless a write ever failed.
-        return not failed_until or time.monotonic() >= failed_until
+        return not failed_until or monotonic() >= failed_until
 
     def put(
         self, add_time: int, data: bytes, expire_time: int = 0, error_count: int = 0
@@ -342,7 +342,7 @@ class WriterJournal(Flushing):
             fd, self._fd = self._fd, -1
             self.sync.retire(fd)
             self.rotations += 1
-        stamp = int(time.time() * 1000)
+        stamp = now_ms()
         if self.segments and stamp <= self.segments[-1].stamp:
             stamp = self.segments[-1].stamp + 1
         path = os.path.join(self.folder, segment_name(self.queue, stamp))

@@ -15,9 +15,9 @@ the connection never imports this module.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
+from kestreld.clock import now_ms
 from kestreld.names import split_queue_name
 from kestreld.protocol.framing import META_SET, STORAGE, Command
 from kestreld.protocol.replies import (
@@ -172,7 +172,7 @@ def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
     if exptime == 0:
         expire = 0
     elif exptime < _RELATIVE_EXPIRY_LIMIT:
-        expire = int(time.time() * 1000) + exptime * 1000
+        expire = now_ms() + exptime * 1000
     else:
         expire = exptime * 1000
     if not -_MAX_TIME_MS <= expire <= _MAX_TIME_MS:  # the journal stores an i64

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from concurrent.futures import Executor, Future
 
 import structlog
 
+from kestreld.clock import monotonic, now_ms
 from kestreld.config import ServerConfig
 from kestreld.journal.batch import Batch, joined
 from kestreld.journal.files import scan_folder
@@ -249,10 +249,10 @@ class QueueCollection:
         reader = self.reader(full_name, create=False)
         if reader is None:
             return 0
-        return reader.discard_expired(int(time.time() * 1000))
+        return reader.discard_expired(now_ms())
 
     def flush_all_expired(self) -> int:
-        now = int(time.time() * 1000)
+        now = now_ms()
         return sum(r.discard_expired(now) for r in self.readers())
 
     def _forward_expired(self, reader: Reader, item: QueueItem) -> None:
@@ -265,7 +265,7 @@ class QueueCollection:
             return
         try:
             self.put(
-                target.partition("+")[0], item.data, 0, int(time.time() * 1000), item.error_count
+                target.partition("+")[0], item.data, 0, now_ms(), item.error_count
             )
         except (QueueFull, JournalWriteError, TooManyQueues) as e:
             log.warning(
@@ -302,7 +302,7 @@ class QueueCollection:
 
         False (nothing moved) when the target refused it at once.
         """
-        now = int(time.time() * 1000)
+        now = now_ms()
         try:
             # Kestrel 3.0: a punted item is new in its target (added now, no expiry).
             batch = self.put(target, item.data, 0, now, item.error_count)
@@ -339,8 +339,8 @@ class QueueCollection:
 
     def sweep(self) -> None:
         """Expire items, time out open reads, delete idle queues past max_queue_age."""
-        now = int(time.time() * 1000)
-        mono = time.monotonic()
+        now = now_ms()
+        mono = monotonic()
         for queue in list(self.queues.values()):
             for reader in list(queue.readers.values()):
                 limit = reader.config.max_expire_sweep

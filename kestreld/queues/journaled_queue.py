@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 
 import structlog
 
+from kestreld.clock import monotonic, now_ms
 from kestreld.config import QueueConfig, ServerConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.checkpoint import read_checkpoint
@@ -23,8 +24,6 @@ from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError, WriterJournal
 from kestreld.queues.item import QueueItem
 from kestreld.queues.reader import Compaction, Reader
-
-wall_clock = time.time  # read per batch; a global is cheaper than time.time in the compiled build
 
 log = structlog.get_logger("kestreld.queues")
 
@@ -333,8 +332,8 @@ class JournaledQueue:
                     reader.commit(item.id)
             return
         if stored_observer is not None:
-            stored_observer(self.name, time.perf_counter() - batch.started, len(puts), nbytes)
-        now = int(wall_clock() * 1000)
+            stored_observer(self.name, monotonic() - batch.started, len(puts), nbytes)
+        now = now_ms()
         readers = self.readers  # an offer never adds or removes a reader
         for put in puts:
             item = put[0]

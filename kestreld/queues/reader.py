@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from kestreld.clock import monotonic, now_ms
 from kestreld.config import QueueConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.codec import MAGIC_SIZE
@@ -38,7 +38,6 @@ from kestreld.queues.item import QueueItem
 
 log = structlog.get_logger("kestreld.queues")
 
-monotonic = time.monotonic  # read per open read; a global is cheaper than time.monotonic compiled
 
 #: Most bytes read back from the journal in one refill (keeps the event loop responsive).
 REFILL_CHUNK = 1024 * 1024
@@ -536,7 +535,7 @@ class Reader:
 
         An item past its expiry is expired instead: it never goes to a waiter.
         """
-        now = int(time.time() * 1000)
+        now = now_ms()
         max_age = self.cfg_max_age
         memory = self.memory
         rest = []

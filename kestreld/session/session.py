@@ -44,12 +44,12 @@ ends decide which of their requests need which role (``read``: fetches;
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kestreld.clock import monotonic, now_ms
 from kestreld.queues.collection import TooManyQueues
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
 from kestreld.session.errors import (
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("kestreld.session")
 
-wall_clock = time.time  # read per put; a global is cheaper than time.time when compiled
 
 __all__ = ["Session"]
 
@@ -254,7 +253,7 @@ class Session:
         Later fetches of this session wait for it (:meth:`puts_pending`).
         """
         try:
-            batch = self.queues.put(name, data, expire, int(wall_clock() * 1000))
+            batch = self.queues.put(name, data, expire, now_ms())
         except QueueFull:
             raise NotStored("queue full") from None
         except TooManyQueues as e:
@@ -361,7 +360,7 @@ class Session:
                 # A plain get while a read is open, or too many open reads.
                 f.outcome = BUSY
                 return BUSY
-        now = int(wall_clock() * 1000)
+        now = now_ms()
         item = reader.peek(now) if f.peek else reader.take(now)
         if item is not None:
             traffic.get_hits += 1
@@ -379,7 +378,7 @@ class Session:
         self.wait_fetch = f
         f.reader = reader
         f.behind = f.reply  # placed by the front end now; the item goes in after it
-        f.started = time.perf_counter()
+        f.started = monotonic()
         fut.add_done_callback(self._wait_done)
         f.outcome = WAIT
         return WAIT
@@ -429,7 +428,7 @@ class Session:
         if observe is not None:  # the wait's length, per reader for a timeout
             observe(
                 "get_hit" if item is not None else "get_timeout",
-                time.perf_counter() - f.started,  # type: ignore[union-attr]
+                monotonic() - f.started,  # type: ignore[union-attr]
                 reader.full_name,
             )
         if item is None:
@@ -696,7 +695,7 @@ async def _monitor(session: Session, f: Fetch, reader: Reader, seconds: float, l
     deadline = loop.time() + seconds
     sent = 0
     while sent < limit and not session.closed:
-        item = reader.take(int(time.time() * 1000))
+        item = reader.take(now_ms())
         if item is None:
             remaining = deadline - loop.time()
             if remaining <= 0 or session.no_wait:
