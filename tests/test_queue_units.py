@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import struct
 
+from kestreld import compiled
 from kestreld.config import QueueConfig
 from kestreld.journal import codec, fileio
 from kestreld.journal.checkpoint import read_checkpoint
@@ -26,6 +28,15 @@ def _item(id_: int, data: bytes = b"x", expire: int = 0) -> QueueItem:
 
 
 # --- BlockingQueue ------------------------------------------------------------------------
+
+
+def test_a_compiled_item_is_not_tracked_by_the_cycle_collector():
+    """The compiled QueueItem holds C numbers and bytes only: the items a queue keeps in
+    memory are never traversed by a collection.  The plain build's is a slots class (tracked).
+    """
+    item = QueueItem(1, 2, 0, 0, b"x")
+    assert gc.is_tracked(item) is not compiled.is_compiled("kestreld.queues.item")
+    assert item.data == b"x" and item.aborted().data is item.data
 
 
 def test_blocking_queue_is_fifo_with_verbs():
