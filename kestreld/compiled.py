@@ -24,7 +24,7 @@ from typing import Any
 
 #: The modules compiled when a compiler is present, chosen by profiles of the request path.
 MODULES: tuple[str, ...] = (
-    "kestreld.clock",
+    "kestreld.journal.clock",
     "kestreld.queues.item",
     "kestreld.queues.blocking",
     "kestreld.journal.codec",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kestreld.clock import monotonic, now_ms
+from kestreld.journal.clock import monotonic, now_ms
 
 
 def test_now_ms_is_the_wall_clock_in_whole_milliseconds():

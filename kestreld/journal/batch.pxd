@@ -4,7 +4,7 @@
 
 cimport cython
 
-from kestreld.clock cimport monotonic
+from kestreld.journal.clock cimport monotonic
 
 
 cdef class Batch:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kestreld.clock import monotonic
+from kestreld.journal.clock import monotonic
 
 if TYPE_CHECKING:
     from kestreld.journal.segment import Segment

@@ -6,7 +6,7 @@
 
 cimport cython
 
-from kestreld.clock cimport monotonic, now_ms
+from kestreld.journal.clock cimport monotonic, now_ms
 from kestreld.journal cimport codec
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.fileio cimport write_chunks

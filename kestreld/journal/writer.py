@@ -21,9 +21,9 @@ from concurrent.futures import Executor
 
 import structlog
 
-from kestreld.clock import monotonic, now_ms
 from kestreld.journal import codec
 from kestreld.journal.batch import Batch
+from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.fileio import write_chunks
 from kestreld.journal.files import segment_name, unlink_quietly

@@ -5,7 +5,7 @@
 
 cimport cython
 
-from kestreld.clock cimport now_ms
+from kestreld.journal.clock cimport now_ms
 from kestreld.protocol.connection cimport Connection
 from kestreld.session.fetch cimport Fetch
 

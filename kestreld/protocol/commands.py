@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kestreld.clock import now_ms
+from kestreld.journal.clock import now_ms
 from kestreld.names import split_queue_name
 from kestreld.protocol.framing import META_SET, STORAGE, Command
 from kestreld.protocol.replies import (

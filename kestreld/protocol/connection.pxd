@@ -4,7 +4,7 @@
 
 cimport cython
 
-from kestreld.clock cimport monotonic
+from kestreld.journal.clock cimport monotonic
 from kestreld.protocol.framing cimport Command, Framing, Sink
 from kestreld.queues.item cimport QueueItem
 from kestreld.session.fetch cimport Fetch

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kestreld.clock import monotonic
+from kestreld.journal.clock import monotonic
 from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, STOP, Command, Framing, Sink
 from kestreld.protocol.replies import (
     BAD_DATA_CHUNK,

@@ -8,9 +8,9 @@ from concurrent.futures import Executor, Future
 
 import structlog
 
-from kestreld.clock import monotonic, now_ms
 from kestreld.config import ServerConfig
 from kestreld.journal.batch import Batch, joined
+from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import scan_folder
 from kestreld.journal.retire import retire_segments
 from kestreld.journal.tick import Tick

@@ -4,7 +4,7 @@
 
 cimport cython
 
-from kestreld.clock cimport monotonic, now_ms
+from kestreld.journal.clock cimport monotonic, now_ms
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.segment cimport Segment
 from kestreld.journal.writer cimport WriterJournal

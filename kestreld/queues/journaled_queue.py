@@ -15,10 +15,10 @@ from concurrent.futures import Executor
 
 import structlog
 
-from kestreld.clock import monotonic, now_ms
 from kestreld.config import QueueConfig, ServerConfig
 from kestreld.journal.batch import Batch
 from kestreld.journal.checkpoint import read_checkpoint
+from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import QueueFiles, unlink_quietly
 from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError, WriterJournal

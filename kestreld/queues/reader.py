@@ -25,9 +25,9 @@ from typing import Any
 
 import structlog
 
-from kestreld.clock import monotonic, now_ms
 from kestreld.config import QueueConfig
 from kestreld.journal.batch import Batch
+from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.files import checkpoint_name, unlink_quietly
 from kestreld.journal.progress import FolderNotSynced, ProgressLog, rewrite

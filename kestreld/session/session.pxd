@@ -3,7 +3,7 @@
 
 cimport cython
 
-from kestreld.clock cimport monotonic, now_ms
+from kestreld.journal.clock cimport monotonic, now_ms
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.tick cimport Tick
 from kestreld.queues.collection cimport QueueCollection

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kestreld.clock import monotonic, now_ms
+from kestreld.journal.clock import monotonic, now_ms
 from kestreld.queues.collection import TooManyQueues
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
 from kestreld.session.errors import (
