@@ -18,6 +18,7 @@ cdef class ProgressLog:
     cdef public list _pending
     cdef public Batch _batch
     cdef public dict _inflight
+    cdef object _resolved_bound
     cdef public object _jump
     cdef public bint compacting
     cdef public bint created

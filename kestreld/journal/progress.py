@@ -48,6 +48,7 @@ class ProgressLog:
         "_pending",
         "_batch",
         "_inflight",
+        "_resolved_bound",
         "_jump",
         "compacting",
         "created",
@@ -62,6 +63,7 @@ class ProgressLog:
         self._pending: list[int] = []  # confirmed ids not yet written
         self._batch: Batch | None = None  # the ticket of the pending ids
         self._inflight: dict[Batch, list[int]] = {}  # written, not yet acknowledged
+        self._resolved_bound = self._resolved  # what every batch calls back: one bound method
         # A READ_HEAD jump not yet written: the new head and the ids below it still owed.
         self._jump: tuple[int, list[int]] | None = None
         self.compacting = False  # a rewrite runs: appends wait for it
@@ -151,7 +153,7 @@ class ProgressLog:
             return None
         self.size += len(record)
         self._inflight[batch] = ids
-        batch.add_done_callback(self._resolved)
+        batch.add_done_callback(self._resolved_bound)
         return batch
 
     def _resolved(self, batch: Batch) -> None:

@@ -2,6 +2,8 @@
 
 cdef class BlockingQueue:
     cdef public object items
+    cdef object _push
+    cdef object _pop
     cdef public object waiters
     cdef public long long dead
     cdef public object deadlines

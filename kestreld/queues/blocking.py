@@ -34,10 +34,23 @@ DEADLINE_SLACK = 0.001
 
 
 class BlockingQueue:
-    __slots__ = ("items", "waiters", "dead", "deadlines", "timer", "timer_at", "loop")
+    __slots__ = (
+        "items",
+        "_push",
+        "_pop",
+        "waiters",
+        "dead",
+        "deadlines",
+        "timer",
+        "timer_at",
+        "loop",
+    )
 
     def __init__(self) -> None:
         self.items: deque[T] = deque()
+        # The deque's append and popleft, bound once: the verbs of every put and get.
+        self._push = self.items.append
+        self._pop = self.items.popleft
         self.waiters: deque[asyncio.Future[T | None]] = deque()
         self.dead = 0  # waiters resolved since the last prune (some may be gone already)
         #: (deadline, waiter) of timed waits, in the order they began (served ones linger).
@@ -69,7 +82,7 @@ class BlockingQueue:
 
     def put(self, item: T) -> None:
         """Append at the tail (no hand-off: the caller offered it to waiters first)."""
-        self.items.append(item)
+        self._push(item)
 
     def put_first(self, item: T) -> None:
         """Put ``item`` back at the head (no hand-off)."""
@@ -80,7 +93,7 @@ class BlockingQueue:
         self.items.extendleft(reversed(list(items)))
 
     def poll(self) -> T | None:
-        return self.items.popleft() if self.items else None
+        return self._pop() if self.items else None
 
     def peek(self) -> T | None:
         return self.items[0] if self.items else None

@@ -25,6 +25,9 @@ cdef class JournaledQueue:
     cdef public Batch _pending_batch
     cdef public list _pending
     cdef public object _unacked
+    cdef object _unacked_push
+    cdef object _unacked_pop
+    cdef object _acknowledged_bound
     cdef public long long pending_items
     cdef public long long pending_bytes
     cdef public bint deleted

@@ -67,6 +67,9 @@ class JournaledQueue:
         "_pending_batch",
         "_pending",
         "_unacked",
+        "_unacked_push",
+        "_unacked_pop",
+        "_acknowledged_bound",
         "pending_items",
         "pending_bytes",
         "deleted",
@@ -107,6 +110,10 @@ class JournaledQueue:
         self._pending_batch: Batch | None = None
         self._pending: list[_Put] = []
         self._unacked: deque[_Put] = deque()  # every put not yet acknowledged, oldest first
+        # Its append and popleft, and the callback of every batch, bound once (per put otherwise).
+        self._unacked_push = self._unacked.append
+        self._unacked_pop = self._unacked.popleft
+        self._acknowledged_bound = self._acknowledged
         self.pending_items = 0
         self.pending_bytes = 0
         self.deleted = False
@@ -262,7 +269,7 @@ class JournaledQueue:
             self._pending_batch = batch
             self._pending = pending = []
             batch.payload = pending  # this tick's puts, for _acknowledged
-            batch.add_done_callback(self._acknowledged)
+            batch.add_done_callback(self._acknowledged_bound)
         put = [QueueItem(id_, now, expire_time, error_count, data), seg, offset, skipping]
         if expire_time and expire_time <= now:
             # Expired on arrival: every reader expires it once acknowledged, and that
@@ -273,7 +280,7 @@ class JournaledQueue:
             for reader in skipping:
                 reader.journal_drop(id_)  # written with the put, before it is acknowledged
         pending.append(put)
-        self._unacked.append(put)
+        self._unacked_push(put)
         # Not p_items + 1: a failed write inside journal.put() may have resolved a batch.
         self.pending_items += 1
         self.pending_bytes += size
@@ -282,7 +289,9 @@ class JournaledQueue:
     def _forget_unacked(self, puts: list[_Put]) -> None:
         """Batches resolved out of order (rare): take these puts out of the line."""
         gone = {id(put) for put in puts}
-        self._unacked = deque([put for put in self._unacked if id(put) not in gone])
+        kept = [put for put in self._unacked if id(put) not in gone]
+        self._unacked.clear()  # in place: _unacked_push and _unacked_pop are its methods
+        self._unacked.extend(kept)
 
     def _discard_unacked(self, reader: Reader, p_items: int, p_bytes: int) -> None:
         """Still full after discarding what it holds: the reader discards the oldest puts
@@ -308,8 +317,9 @@ class JournaledQueue:
             self._pending = []
         unacked = self._unacked
         if puts and unacked and unacked[0] is puts[0]:
+            pop = self._unacked_pop
             for _ in range(len(puts)):
-                unacked.popleft()
+                pop()
         elif puts:
             self._forget_unacked(puts)
         nbytes = 0

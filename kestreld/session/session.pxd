@@ -24,6 +24,7 @@ cdef class Session:
     cdef public object listener
     cdef public object ready
     cdef public dict open_reads
+    cdef object _wait_done_bound
     cdef public object waiting
     cdef public object wait_fetch
     cdef public list unacked

@@ -88,6 +88,7 @@ class Session:
         "open_reads",
         "waiting",
         "wait_fetch",
+        "_wait_done_bound",
         "unacked",
         "confirm_ticket",
         "no_wait",
@@ -114,6 +115,7 @@ class Session:
         #: The wait in progress (a get's future, a monitor's task), or None.
         self.waiting: asyncio.Future | None = None
         self.wait_fetch: Fetch | None = None
+        self._wait_done_bound = self._wait_done  # the callback of every wait, bound once
         #: Journal batches holding this session's puts, not yet resolved.
         self.unacked: list[Any] = []
         self.confirm_ticket: Any = None  # the last confirm batch listened to (one callback each)
@@ -379,7 +381,7 @@ class Session:
         f.reader = reader
         f.behind = f.reply  # placed by the front end now; the item goes in after it
         f.started = monotonic()
-        fut.add_done_callback(self._wait_done)
+        fut.add_done_callback(self._wait_done_bound)
         f.outcome = WAIT
         return WAIT
 
