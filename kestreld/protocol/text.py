@@ -10,10 +10,10 @@ queue work is the session's.  docs/protocol.md has the commands.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from kestreld import __version__
+from kestreld.journal.clock import now_ms
 from kestreld.names import split_queue_name
 from kestreld.protocol.request_loop import RequestConnection
 from kestreld.protocol.text_parser import TextError, TextParser, TextRequest
@@ -167,7 +167,7 @@ async def cmd_put(conn: TextConnection, args: list[bytes], items: list[bytes] | 
             conn.write(error("Error parsing expiration time."))
             return
         if ms:
-            expire = int(time.time() * 1000) + ms
+            expire = now_ms() + ms
     session = conn.session
     try:
         session.check_writable()

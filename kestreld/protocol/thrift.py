@@ -18,12 +18,12 @@ the auto-abort timer gives back what is not confirmed in time.
 from __future__ import annotations
 
 import struct
-import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from kestreld import __version__
+from kestreld.journal.clock import now_ms
 from kestreld.names import split_queue_name
 from kestreld.protocol import thrift_codec as codec
 from kestreld.protocol.request_loop import RequestConnection
@@ -259,7 +259,7 @@ async def put(conn: ThriftConnection, args: Any) -> int:
     expiration = _int(args.expiration_msec, "expiration_msec")
     session = conn.session
     session.check_writable()
-    expire = int(time.time() * 1000) + expiration if expiration > 0 else 0
+    expire = now_ms() + expiration if expiration > 0 else 0
     conn.stats.cmd_set += len(items)
     accepted: list[PendingReply | None] = []
     for data in items:

@@ -8,7 +8,6 @@ A ``journal = false`` queue keeps no files and lives in memory only.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -104,7 +103,7 @@ class JournaledQueue:
                 tick=tick,
             )
         self.readers: dict[str, Reader] = {}
-        self.created_at = time.monotonic()
+        self.created_at = monotonic()
         self._next_id = 1  # ids of journal-less queues
         # Puts of the batch not yet acknowledged (see put()).
         self._pending_batch: Batch | None = None
