@@ -12,17 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kestreld.protocol import framing as framing_module
-from kestreld.protocol.framing import (
-    GO,
-    KEEP,
-    LATER,
-    SKIP,
-    STOP,
-    STORAGE,
-    Command,
-    Framing,
-    Sink,
-)
+from kestreld.protocol.codes import GO, KEEP, LATER, SKIP, STOP, STORAGE
+from kestreld.protocol.framing import Command, Framing, Sink
 from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
 
 

@@ -7,12 +7,12 @@ cimport cython
 cdef bint COMPILED
 
 cpdef bytes encode_put(object id, object add_time, object data, object expire_time=*, object error_count=*)
-cpdef bytes put_header(object id, object add_time, object size, object expire_time=*, object error_count=*)
+cpdef bytes put_header(object id, object add_time, Py_ssize_t size, object expire_time=*, object error_count=*)
 cpdef bytes encode_read_head(object id)
 cpdef bytes encode_read_done(object ids)
 
 @cython.locals(out=bytes, p=cython.p_uchar)
-cdef bytes _put6_c(long long id, long long add_time, int size, int error_count)
+cdef bytes _put6_c(long long id, long long add_time, Py_ssize_t size, int error_count)
 @cython.locals(out=bytes, p=cython.p_uchar)
 cdef bytes _done1_c(long long id)
 @cython.locals(bits=cython.ulonglong, i=int)

@@ -142,10 +142,13 @@ def put_header(
 # The compiled build's encoders of a put header and a one-id READ_DONE: the same bytes
 # as the Structs above, stored field by field into a new bytes object (struct's
 # argument parsing was most of a put's encoding cost).  The C types of their
-# parameters refuse what the Structs refuse (OverflowError instead of struct.error).
+# parameters refuse what the Structs refuse (OverflowError instead of struct.error);
+# the size comes as the writer's C length and is checked against the field's range.
 
 
 def _put6_c(id: int, add_time: int, size: int, error_count: int) -> bytes:
+    if size < -0x80000000 or size > 0x7FFFFFFF:
+        raise OverflowError(f"item size {size} does not fit a put header")
     out = PyBytes_FromStringAndSize(cython.NULL, 25)
     p = cython.cast(cython.p_uchar, PyBytes_AS_STRING(out))
     p[0] = 0x86

@@ -6,6 +6,7 @@ cimport cython
 cdef bint COMPILED
 
 cpdef write_all(int fd, bytes data)
+@cython.locals(n=Py_ssize_t)
 cpdef write_chunks(int fd, list chunks, Py_ssize_t size)
 
 @cython.locals(size=Py_ssize_t, done=Py_ssize_t, n=Py_ssize_t)

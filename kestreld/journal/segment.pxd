@@ -1,6 +1,7 @@
 # Cython declarations for segment.py (compiled when a compiler is present; see kestreld/compiled.py).
 # Every put updates its segment and every read-behind refill reads one: C fields.
-# Paths and counts a damaged file can push past 64 bits stay objects (see writer.pxd).
+# Paths and stamps stay objects (see writer.pxd).  items and data_bytes count the records
+# of one file (or the ids between two 64-bit first ids): C fields, like the offsets.
 
 cdef class Segment:
     cdef public object stamp
@@ -10,5 +11,5 @@ cdef class Segment:
     cdef public long long size
     cdef public long long written
     cdef public long long visible
-    cdef public object items
-    cdef public object data_bytes
+    cdef public long long items
+    cdef public long long data_bytes

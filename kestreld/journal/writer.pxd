@@ -19,7 +19,7 @@ from kestreld.journal.tick cimport Flushing, Tick
 cdef class WriterJournal(Flushing):
     cdef public object folder
     cdef public object queue
-    cdef public object max_journal_size
+    cdef public long long max_journal_size
     cdef public object archive_path
     cdef public object executor
     cdef public list segments

@@ -38,6 +38,10 @@ log = structlog.get_logger("kestreld.journal")
 #: Start-up scans the segments past a reader's head whole up to this size (exact counts).
 EXACT_SCAN_BYTES = 64 * 1024 * 1024
 
+#: A segment rotates past max_journal_size; a configured size above this (no file grows
+#: to 4 EiB) is taken as this, so the compiled writer compares C integers.
+ROTATE_CAP = 1 << 62
+
 
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
@@ -83,7 +87,7 @@ class WriterJournal(Flushing):
     ) -> None:
         self.folder = folder
         self.queue = queue
-        self.max_journal_size = max_journal_size
+        self.max_journal_size = min(max_journal_size, ROTATE_CAP)
         self.archive_path = archive_path
         self.executor = executor
         self.segments: list[Segment] = []
@@ -534,7 +538,7 @@ class WriterJournal(Flushing):
         self, max_journal_size: int, sync_journal: int | None, archive_path: str | None
     ) -> None:
         """A reloaded config: the next rotation and fsync follow it."""
-        self.max_journal_size = max_journal_size
+        self.max_journal_size = min(max_journal_size, ROTATE_CAP)
         self.sync.sync_journal = sync_journal
         self.archive_path = archive_path
 

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kestreld.protocol import commands
-from kestreld.protocol.framing import LINE, Command
+from kestreld.protocol.codes import LINE
+from kestreld.protocol.framing import Command
 from kestreld.protocol.replies import STORED, client_error
 from kestreld.security.authenticator import parse_token
 from kestreld.security.policy import ALL_ROLES, Role, User

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from kestreld.journal.clock import now_ms
 from kestreld.names import split_queue_name
-from kestreld.protocol.framing import META_SET, STORAGE, Command
+from kestreld.protocol.codes import META_SET, STORAGE
+from kestreld.protocol.framing import Command
 from kestreld.protocol.replies import (
     BAD_COMMAND_LINE,
     BAD_QUEUE_NAME,

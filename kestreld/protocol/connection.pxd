@@ -13,6 +13,15 @@ from kestreld.journal.tick cimport Tick
 from kestreld.session.session cimport Session
 from kestreld.session.traffic cimport Traffic
 
+# The output limits and the verdicts, outcomes and reply kind it imports are C globals,
+# compared with C ints on every request (no Python module imports them from here;
+# INPUT_PAUSE_LIMIT, checked only while blocked, stays a Python name for the tests).
+cdef Py_ssize_t OUTPUT_FLUSH_SIZE
+cdef Py_ssize_t OUTPUT_HOLD_LIMIT
+cdef int GO, KEEP, LATER, SKIP, STOP
+cdef int BUSY, ITEM, LIMITED, MISS, REFUSED
+cdef int PUT
+
 
 cdef class Connection(Sink):
     cdef public object server
@@ -36,6 +45,8 @@ cdef class Connection(Sink):
     cdef public bytes value_key
     cdef public Py_ssize_t value_size
     cdef public bytes value_header
+    cdef public set peers
+    cdef public object write_out
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kestreld.journal.clock import monotonic
-from kestreld.protocol.framing import GO, KEEP, LATER, SKIP, STOP, Command, Framing, Sink
+from kestreld.protocol.codes import GO, KEEP, LATER, SKIP, STOP
+from kestreld.protocol.framing import Command, Framing, Sink
 from kestreld.protocol.replies import (
     BAD_DATA_CHUNK,
     CRLF,
@@ -55,6 +56,8 @@ from kestreld.session.reply import PUT, PendingReply
 from kestreld.session.session import Session
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kestreld.state import ServerState
 
 
@@ -100,6 +103,8 @@ class Connection(Sink):
         "value_key",
         "value_size",
         "value_header",
+        "peers",
+        "write_out",
     )
 
     def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
@@ -108,6 +113,10 @@ class Connection(Sink):
         self.traffic = server.stats.traffic  # bytes_read, bytes_written: C fields when compiled
         self.session = Session(server, self)
         self.transport: asyncio.Transport | None = None
+        #: The transport's write, bound once (every reply goes through it).
+        self.write_out: Callable[[bytes], None] | None = None
+        #: The server's open connections (the same set): one alone answers in its own read.
+        self.peers: set[Any] = server.connections
         self.peer = None
         self.framing = Framing(table, unknown, server.config.max_line_length)
         #: Replies in request order: bytes, or a PendingReply held until the journal has it.
@@ -133,6 +142,7 @@ class Connection(Sink):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.write_out = transport.write  # type: ignore[attr-defined]
         self.peer = transport.get_extra_info("peername")
         server = self.server
         if len(server.connections) >= server.config.max_connections:
@@ -190,7 +200,7 @@ class Connection(Sink):
         try:
             self.process(ready)
         finally:
-            tick.release(len(self.server.connections) == 1)
+            tick.release(len(self.peers) == 1)
 
     def eof_received(self) -> bool | None:
         """The client sent its last byte (``nc -N``, ``shutdown(SHUT_WR)``).
@@ -493,7 +503,7 @@ class Connection(Sink):
             data = b"".join(ready)
         if data:
             self.traffic.bytes_written += len(data)
-            self.transport.write(data)  # type: ignore[union-attr]
+            self.write_out(data)  # type: ignore[misc]
 
     def _held_size(self) -> int:
         size = 0

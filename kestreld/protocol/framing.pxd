@@ -5,6 +5,10 @@
 cimport cython
 
 cdef bint COMPILED
+# Shapes and verdicts (imported from codes.py) and the module's limits: C globals, compared
+# with C ints on every request.  Other modules import the codes from codes.py.
+cdef int GO, KEEP, LATER, LINE, SKIP, STORAGE
+cdef Py_ssize_t LENGTH_LIMIT, ACCUMULATE_THRESHOLD
 
 @cython.locals(start=cython.p_char, found=cython.p_char)
 cdef inline Py_ssize_t _find_newline(bytes data, Py_ssize_t pos, Py_ssize_t end)
@@ -49,6 +53,8 @@ cdef class Framing:
     cdef public bint drop_line
     cdef public bytes last_length
     cdef public Py_ssize_t last_size
+    cdef public bytes last_word
+    cdef public Command last_command
 
     cpdef bint holds_input(self) except -1
     cpdef bint mid_request(self) except -1
@@ -62,6 +68,6 @@ cdef class Framing:
         pos=Py_ssize_t, end=Py_ssize_t, stop=Py_ssize_t, after=Py_ssize_t, nl=Py_ssize_t,
         start=Py_ssize_t, size=Py_ssize_t, n=Py_ssize_t, need=Py_ssize_t, max_line=Py_ssize_t,
         verdict=int, quiet=bint, byte=int, command=Command, table=dict, args=list, rest=bytes,
-        raw=bytes,
+        raw=bytes, word=bytes,
     )
     cpdef parse(self, Sink sink, bytes data)

@@ -19,8 +19,8 @@ payload bytes are never taken for a command, whatever they hold.
   at once and the rest of that line is dropped.
 
 The framing owns no reply and no flow control: it hands each request to its
-sink (the connection), which answers :data:`GO`, :data:`STOP` or
-:data:`LATER`.  State is a handful of fixed fields, so the class is
+sink (the connection), which answers ``GO``, ``STOP`` or ``LATER``
+(:mod:`kestreld.protocol.codes`).  State is a handful of fixed fields, so the class is
 compiled by Cython (``framing.pxd`` beside this file: C fields, C integers for
 positions, the sink called through a C vtable).
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kestreld.protocol.codes import GO, KEEP, LATER, LINE, SKIP, STORAGE
 from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
 
 try:
@@ -40,24 +41,11 @@ try:
 except (ImportError, AttributeError):  # plain Python (Cython absent, or not compiling)
     COMPILED = False
 
-#: Shapes of a request.
-LINE = 0  # a line only
-STORAGE = 1  # <cmd> <key> <flags> <exptime> <bytes> [<cas unique>] [noreply], then a block
-META_SET = 2  # ms <key> <datalen> <flag>*, then a block
-
 #: The longest data block the framing will skip; memcached's own ceiling (``-I 1024m``).
 #: A longer declared length is answered at once and the connection closed.
 LENGTH_LIMIT = 1 << 30
 #: Bytes of a partial data block below which packets are simply concatenated.
 ACCUMULATE_THRESHOLD = 64 * 1024
-
-#: What a sink answers for a request.
-GO = 0  # done: parse the next request
-STOP = 1  # done, but parse nothing more now (a wait began, output paused, closing)
-LATER = 2  # not run: keep it, and stop until the sink resumes parsing
-#: What a sink answers for the line of a request with a data block.
-KEEP = 3  # read the block, then call ``block``
-SKIP = 4  # already answered: drop the block as it arrives
 
 
 class Command:
@@ -134,6 +122,8 @@ class Framing:
         "drop_line",
         "last_length",
         "last_size",
+        "last_word",
+        "last_command",
     )
 
     def __init__(self, table: dict[bytes, Command], unknown: Command, max_line: int) -> None:
@@ -154,11 +144,17 @@ class Framing:
         # The last block length read and its value: a producer's items are often of one size.
         self.last_length = b""
         self.last_size = 0
+        # The last command word looked up and its entry: a client mostly repeats one command,
+        # and comparing the word costs less than hashing it for the table.
+        self.last_word = b""
+        self.last_command: Command | None = None
 
     def use_table(self, table: dict[bytes, Command], unknown: Command) -> None:
         """Judge the requests from here on with ``table`` (an authenticated client's)."""
         self.table = table
         self.unknown = unknown
+        self.last_word = b""
+        self.last_command = None
 
     def holds_input(self) -> bool:
         """True when input arrived that is not parsed yet (or a skip is under way):
@@ -271,11 +267,17 @@ class Framing:
             pos = nl + 1
             if not args:
                 continue
-            command = table.get(args[0])
-            if command is None:
-                command = table.get(args[0].lower())
+            word = args[0]
+            if word == self.last_word:
+                command = self.last_command
+            else:
+                command = table.get(word)
                 if command is None:
-                    command = self.unknown
+                    command = table.get(word.lower())
+                    if command is None:
+                        command = self.unknown
+                self.last_word = word
+                self.last_command = command
             quiet = False
             if command.noreply_after and len(args) > command.noreply_after:
                 quiet = args[-1] == b"noreply"

@@ -107,7 +107,7 @@ class JournaledQueue:
         self._next_id = 1  # ids of journal-less queues
         # Puts of the batch not yet acknowledged (see put()).
         self._pending_batch: Batch | None = None
-        self._pending: list[_Put] = []
+        self._pending: list[_Put] | None = None  # the puts of _pending_batch
         self._unacked: deque[_Put] = deque()  # every put not yet acknowledged, oldest first
         # Its append and popleft, and the callback of every batch, bound once (per put otherwise).
         self._unacked_push = self._unacked.append
@@ -263,12 +263,13 @@ class JournaledQueue:
             raise
         # Readers get the item once its batch is acknowledged (written, or fsynced
         # with sync_journal = 0): no consumer ever sees an item that was refused.
-        pending = self._pending
         if batch is not self._pending_batch:
             self._pending_batch = batch
             self._pending = pending = []
             batch.payload = pending  # this tick's puts, for _acknowledged
             batch.add_done_callback(self._acknowledged_bound)
+        else:
+            pending = self._pending
         put = [QueueItem(id_, now, expire_time, error_count, data), seg, offset, skipping]
         if expire_time and expire_time <= now:
             # Expired on arrival: every reader expires it once acknowledged, and that
@@ -313,7 +314,7 @@ class JournaledQueue:
         puts = batch.payload
         if self._pending is puts:
             self._pending_batch = None
-            self._pending = []
+            self._pending = None  # the next put's batch brings a new list
         unacked = self._unacked
         if puts and unacked and unacked[0] is puts[0]:
             pop = self._unacked_pop

@@ -1,8 +1,8 @@
 # Cython declarations for reader.py (compiled when a compiler is present; see kestreld/compiled.py).
 # Every put is offered to the readers and every get takes from one: counters are C fields,
 # the memory queue, the journal and the items are typed, the hot methods are cpdef.
-# A reader knows its queue's name, folder and journal, not the queue.  items, bytes and age
-# stay Python ints: a damaged checkpoint can make them exceed 64 bits (as in pure Python).
+# A reader knows its queue's name, folder and journal, not the queue.  items and bytes are
+# C fields too (what damaged files claim is capped at COUNT_CAP); age stays a Python int.
 
 cimport cython
 
@@ -29,14 +29,14 @@ cdef class Reader:
     cdef public object full_name
     cdef public object _config
     cdef public object cfg_max_age
-    cdef public object cfg_max_memory
+    cdef public long long cfg_max_memory
     cdef public object cfg_max_items
     cdef public object cfg_max_size
     cdef public bint cfg_discard_old
     cdef public BlockingQueue memory
     cdef public long long mem_bytes
-    cdef public object items
-    cdef public object bytes
+    cdef public long long items
+    cdef public long long bytes
     cdef public object rb
     cdef public dict open_reads
     cdef public long long head

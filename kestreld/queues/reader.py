@@ -41,6 +41,9 @@ log = structlog.get_logger("kestreld.queues")
 
 #: Most bytes read back from the journal in one refill (keeps the event loop responsive).
 REFILL_CHUNK = 1024 * 1024
+#: Counts and sizes are C integers when compiled: a count read from damaged files, or a
+#: configured max_memory_size, past this (4 Ei) is taken as this.
+COUNT_CAP = 1 << 62
 
 #: Called with (reader's full name, ms the item waited) at every hand-off of an item to a
 #: consumer (a get, or a waiter served by a put or a give-back); the admin port's delivery
@@ -205,7 +208,7 @@ class Reader:
         # one attribute read each instead of two.
         self._config = config
         self.cfg_max_age = config.max_age
-        self.cfg_max_memory = config.max_memory_size
+        self.cfg_max_memory = min(config.max_memory_size, COUNT_CAP)
         self.cfg_max_items = config.max_items
         self.cfg_max_size = config.max_size
         self.cfg_discard_old = config.discard_old_when_full
@@ -250,8 +253,8 @@ class Reader:
             nbytes += p.size
         if len(owed) != len(held):
             self.dirty = True  # some held ids are no longer in the journal: forget them
-        self.items = items
-        self.bytes = nbytes
+        self.items = min(items, COUNT_CAP)
+        self.bytes = min(nbytes, COUNT_CAP)
         seg = journal.segment_for(head + 1)
         if seg is not None and items > len(owed):
             self.rb = ReadBehind(seg, MAGIC_SIZE, head + 1)

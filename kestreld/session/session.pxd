@@ -14,6 +14,9 @@ from kestreld.session.fetch cimport Fetch
 from kestreld.session.reply cimport PendingReply, pending_confirm, pending_put
 from kestreld.session.traffic cimport Traffic
 
+# The fetch outcomes it imports: C globals, set and compared as C ints on every fetch.
+cdef int BUSY, GONE, ITEM, LIMITED, MISS, REFUSED, WAIT
+
 
 cdef class Session:
     cdef public object server
@@ -42,7 +45,7 @@ cdef class Session:
     @cython.locals(unacked=list)
     cpdef bint puts_pending(self) except -1
 
-    @cython.locals(fetch=bint, refused=bint, create=bint, reader=Reader, item=QueueItem,
+    @cython.locals(fetch=bint, refused=bint, reader=Reader, item=QueueItem,
                    traffic=Traffic)
     cpdef int fetch(self, Fetch f, bint single) except -1
     @cython.locals(ticket=Batch, reply=PendingReply, behind=PendingReply)

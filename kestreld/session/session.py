@@ -239,10 +239,9 @@ class Session:
         # The queue's own copy of its max_item_size (kept current by reloads) saves a lookup.
         queue = self.queues.queues.get(name)
         if queue is not None:
-            limit = queue.max_item_size
-        else:
-            limit = server.config.queue(name).max_item_size
-        if size > limit:
+            if size > queue.max_item_size:
+                raise NotStored("item too large")
+        elif size > server.config.queue(name).max_item_size:
             raise NotStored("item too large")
 
     def put(self, name: str, data: bytes, expire: int, want_reply: bool) -> PendingReply | None:
@@ -322,8 +321,9 @@ class Session:
         fetch = f.open or not (f.close or f.abort)
         refused = fetch and server.reads_refused is not None
         try:  # create_queue_on_get off: a fetch never makes a queue (or reader) exist
-            create = fetch and not refused and server.config.create_queue_on_get
-            reader = self.queues.reader(f.name, create)
+            reader = self.queues.reader(f.name, False)
+            if reader is None and fetch and not refused and server.config.create_queue_on_get:
+                reader = self.queues.reader(f.name, True)
         except TooManyQueues:
             stats.queue_create_refusals += 1
             f.outcome = LIMITED if single else MISS  # one key of several: just no item
