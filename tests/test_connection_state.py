@@ -144,3 +144,38 @@ async def test_a_client_that_does_not_read_is_paused_on_a_real_socket(tmp_path):
         sock.close()
     finally:
         await server.stop()
+
+
+async def test_clients_waiting_for_an_item_are_counted_until_every_kind_of_end(tmp_path):
+    """A producer whose only peers wait for items writes its sets at once (the journal tick
+    counts waiting clients: they send nothing that could join the write); each end of a wait
+    (an item, the timeout, the client leaving) takes it off the count."""
+    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
+    server = Server(config)
+    await server.start()
+    tick = server.queues.tick
+    try:
+        consumer_r, consumer_w = await asyncio.open_connection("127.0.0.1", server.port)
+        producer_r, producer_w = await asyncio.open_connection("127.0.0.1", server.port)
+        consumer_w.write(b"get q/t=5000\r\n")
+        await _until(lambda: tick.waiting == 1, "the consumer's wait is counted")
+        assert len(server.connections) - tick.waiting == 1  # the producer is alone
+        producer_w.write(b"set q 0 0 2\r\nhi\r\n")
+        assert await producer_r.readline() == b"STORED\r\n"
+        assert await consumer_r.readline() == b"VALUE q/t=5000 0 2\r\n"
+        assert await consumer_r.readline() == b"hi\r\n"
+        assert await consumer_r.readline() == b"END\r\n"
+        await _until(lambda: tick.waiting == 0, "an item ended the wait")
+        consumer_w.write(b"get q/t=50\r\n")
+        assert await consumer_r.readline() == b"END\r\n"
+        await _until(lambda: tick.waiting == 0, "the timeout ended the wait")
+        leaving_r, leaving_w = await asyncio.open_connection("127.0.0.1", server.port)
+        leaving_w.write(b"get q/t=5000\r\n")
+        await _until(lambda: tick.waiting == 1, "the second consumer's wait is counted")
+        leaving_w.close()
+        await _until(lambda: tick.waiting == 0, "leaving ended the wait")
+        for w in (consumer_w, producer_w):
+            w.close()
+    finally:
+        await server.stop()
+    assert tick.waiting == 0

@@ -11,10 +11,13 @@ cdef class Tick:
     cdef public list writers
     cdef public bint scheduled
     cdef public int held
+    cdef public Py_ssize_t waiting
     cdef public object _call_soon
     cdef public object _turn_bound
 
     cpdef bint add(self, Flushing writer) except -1
+    cpdef wait_began(self)
+    cpdef wait_ended(self)
     cpdef hold(self)
     @cython.locals(writers=list, writer=Flushing, done=Py_ssize_t)
     cpdef release(self, bint now)

@@ -12,6 +12,9 @@ releases it at the end.  With other clients connected the flush stays on the loo
 turn, where their requests join it.  A lone client has nobody to share a write with: its
 requests' writes go out at once (:meth:`release` with ``now``), before its read callback
 returns, sparing the trip through the loop (a callback, the GIL taken again, the handle).
+Clients waiting for an item (a get with a timeout) send nothing that could join, so the
+front ends count them (:meth:`wait_began`, :meth:`wait_ended`): a producer whose only peers
+are waiting consumers is a lone client too.
 The order is the same either way: each writer writes, then acknowledges, then replies go.
 """
 
@@ -34,12 +37,13 @@ class Flushing:
 class Tick:
     """The writer journals of one server with a flush due (one writer: the event loop)."""
 
-    __slots__ = ("writers", "scheduled", "held", "_call_soon", "_turn_bound")
+    __slots__ = ("writers", "scheduled", "held", "waiting", "_call_soon", "_turn_bound")
 
     def __init__(self) -> None:
         self.writers: list[Flushing] = []  # writers with a flush due, in the order they asked
         self.scheduled = False  # a loop callback is pending
         self.held = 0  # front ends running a batch of requests (flush when they release)
+        self.waiting = 0  # clients waiting for an item: none of their requests can join
         self._call_soon: Any = None  # the loop's call_soon, bound once
         self._turn_bound: Any = None
 
@@ -51,6 +55,13 @@ class Tick:
             return True
         self.writers.pop()
         return False
+
+    def wait_began(self) -> None:
+        """A client waits for an item: nothing it sends is run until the wait ends."""
+        self.waiting += 1
+
+    def wait_ended(self) -> None:
+        self.waiting -= 1
 
     def hold(self) -> None:
         """A batch of requests runs: what it writes waits for :meth:`release`."""

@@ -9,6 +9,10 @@ from kestreld.journal.clock cimport now_ms
 from kestreld.protocol.connection cimport Connection
 from kestreld.session.fetch cimport Fetch
 
+# parse_get's last key and entry: C globals (no dict store per get).
+cdef bytes _LAST_GET_KEY
+cdef object _LAST_GET
+
 
 cpdef object queue_name(bytes raw)
 

@@ -79,17 +79,27 @@ def queue_name(raw: bytes) -> str | None:
 #: one takes a split, a loop of comparisons and an int().  Each request gets its own copy.
 _GET_CACHE: dict[bytes, Fetch | bytes] = {}
 _GET_CACHE_LIMIT = 10_000
+# The last key looked up and its entry: a consumer repeats one key, and comparing it costs
+# less than hashing it for the cache.
+_LAST_GET_KEY = b""
+_LAST_GET: Fetch | bytes = b""
 
 
 def parse_get(key: bytes) -> Fetch | bytes:
     """A new fetch for what a get key asks, or the CLIENT_ERROR reply for a bad one."""
-    cache = _GET_CACHE
-    parsed = cache.get(key)
-    if parsed is None:
-        parsed = _parse_get(key)
-        if len(cache) >= _GET_CACHE_LIMIT:
-            cache.clear()  # hostile clients cycling keys cannot grow it without bound
-        cache[key] = parsed
+    global _LAST_GET_KEY, _LAST_GET
+    if key == _LAST_GET_KEY:
+        parsed = _LAST_GET
+    else:
+        cache = _GET_CACHE
+        parsed = cache.get(key)
+        if parsed is None:
+            parsed = _parse_get(key)
+            if len(cache) >= _GET_CACHE_LIMIT:
+                cache.clear()  # hostile clients cycling keys cannot grow it without bound
+            cache[key] = parsed
+        _LAST_GET_KEY = key
+        _LAST_GET = parsed
     if type(parsed) is bytes:
         return parsed
     template: Fetch = parsed  # type: ignore[assignment]

@@ -193,14 +193,15 @@ class Connection(Sink):
                 self._pause_reading()
             return
         # The requests of one read share their journal writes: the server's only client
-        # writes them (and answers) now, before this callback returns; with other clients
-        # connected they go on the loop's next turn, where those clients' requests join.
+        # (or the only one not waiting for an item) writes them (and answers) now, before
+        # this callback returns; with other clients connected they go on the loop's next
+        # turn, where those clients' requests join.
         tick = self.session.tick
         tick.hold()
         try:
             self.process(ready)
         finally:
-            tick.release(len(self.peers) == 1)
+            tick.release(len(self.peers) - tick.waiting <= 1)
 
     def eof_received(self) -> bool | None:
         """The client sent its last byte (``nc -N``, ``shutdown(SHUT_WR)``).

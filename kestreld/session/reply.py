@@ -47,7 +47,7 @@ class PendingReply:
         self.parts: list[bytes] | None = [] if kind == CONFIRM else None
         self.reader = reader
         # What to undo if the ticket fails (plain data, not closures: this is per request).
-        self.reopen: list[OpenRead] | None = [] if kind == CONFIRM else None  # open again
+        self.reopen: list[OpenRead] | None = None  # open again (a confirm's, made when needed)
         self.give_back: OpenRead | None = None  # a read the same request opened
         self.taken: QueueItem | None = None  # a plain get's item: back to the head
         self.rendered = False
@@ -55,7 +55,10 @@ class PendingReply:
 
     def undo_reopens(self, read: OpenRead) -> None:
         """If the ticket fails, ``read`` (confirmed by this reply) is open again."""
-        self.reopen.append(read)  # type: ignore[union-attr]
+        if self.reopen is None:
+            self.reopen = [read]
+        else:
+            self.reopen.append(read)
 
     def undo_gives_back(self, read: OpenRead) -> None:
         """If the ticket fails, ``read`` (opened by the same request) goes back to its queue."""
@@ -114,7 +117,7 @@ def pending_confirm(ticket: Any, reader: Reader) -> PendingReply:
     reply.kind = CONFIRM
     reply.parts = []
     reply.reader = reader
-    reply.reopen = []
+    reply.reopen = None
     reply.give_back = None
     reply.taken = None
     reply.rendered = False

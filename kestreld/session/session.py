@@ -377,6 +377,7 @@ class Session:
             return MISS
         fut = reader.wait(server.loop, f.timeout / 1000)
         self.waiting = fut
+        self.tick.wait_began()  # ended in _wait_done, which every end of the wait runs
         self.wait_fetch = f
         f.reader = reader
         f.behind = f.reply  # placed by the front end now; the item goes in after it
@@ -414,6 +415,7 @@ class Session:
         f = self.wait_fetch
         self.wait_fetch = None
         self.waiting = None
+        self.tick.wait_ended()
         item = None if fut.cancelled() else fut.result()
         reader = f.reader  # type: ignore[union-attr]
         f.reader = None  # type: ignore[union-attr]
@@ -605,7 +607,7 @@ class Session:
                 if not reads:
                     del self.open_reads[reader]
                 reader.abort([give_back])
-        for read in reversed(reply.reopen):
+        for read in reversed(reply.reopen or ()):
             reader.reopen(read)
             if self.closed:
                 reader.abort([read])
