@@ -72,6 +72,24 @@ async def test_timed_out_waiters_are_pruned_behind_a_long_waiter():
     long.cancel()
 
 
+async def test_waits_ending_at_one_deadline_all_end_while_the_timer_prunes_the_lines():
+    """The timer resolving many waits prunes the lines as it goes (in place: they are never
+    replaced): every wait still ends, none is lost to the prune."""
+    loop = asyncio.get_running_loop()
+    q = BlockingQueue()
+    for _ in range(4 * PRUNE_AFTER):  # dead waiters linger in the line: the next ones prune
+        q.wait(loop, 0.01)
+    await asyncio.sleep(0.05)
+    waits = [q.wait(loop, 0.01) for _ in range(2 * PRUNE_AFTER)]
+    stays = q.wait(loop, 60)
+    await asyncio.sleep(0.05)
+    assert all(w.done() and w.result() is None for w in waits)
+    assert q.live_waiters() == 1 and len(q.waiters) <= 2 * PRUNE_AFTER + 2
+    assert len(q.deadlines) == 1 and q.timer is not None
+    assert q.hand_off(_item(7)) and stays.result().id == 7
+    q.wake_all()
+
+
 async def test_timed_waits_share_one_timer_and_each_ends_at_its_own_deadline():
     """One timer per queue, armed for the earliest deadline (issue 28): a short wait
     begun after a long one still ends on time, a served wait never times out, and no

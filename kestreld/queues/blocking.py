@@ -39,11 +39,17 @@ class BlockingQueue:
         "_push",
         "_pop",
         "waiters",
+        "_wait_push",
+        "_wait_pop",
         "dead",
         "deadlines",
+        "_deadline_push",
+        "_deadline_pop",
         "timer",
         "timer_at",
         "loop",
+        "_create_future",
+        "_time",
     )
 
     def __init__(self) -> None:
@@ -55,9 +61,17 @@ class BlockingQueue:
         self.dead = 0  # waiters resolved since the last prune (some may be gone already)
         #: (deadline, waiter) of timed waits, in the order they began (served ones linger).
         self.deadlines: deque[tuple[float, asyncio.Future[T | None]]] = deque()
+        # The two lines' verbs, bound once too (the lines are pruned in place, never replaced).
+        self._wait_push = self.waiters.append
+        self._wait_pop = self.waiters.popleft
+        self._deadline_push = self.deadlines.append
+        self._deadline_pop = self.deadlines.popleft
         self.timer: asyncio.TimerHandle | None = None  # the one timer: the earliest deadline
         self.timer_at = 0.0
         self.loop: asyncio.AbstractEventLoop | None = None
+        # The loop's create_future and time, bound at the first wait (one loop runs a server).
+        self._create_future: Any = None
+        self._time: Any = None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -69,14 +83,14 @@ class BlockingQueue:
         """Give ``item`` to the oldest live waiter; False when nobody is waiting."""
         waiters = self.waiters
         while waiters:
-            fut = waiters.popleft()
+            fut = self._wait_pop()
             if not fut.done():
                 fut.set_result(item)
                 deadlines = self.deadlines
                 # Timed waits began in the order of the line, and the oldest live waiter was
                 # just served: its deadline and any older ones are done, at the head.
                 while deadlines and deadlines[0][1].done():
-                    deadlines.popleft()
+                    self._deadline_pop()
                 return True
         return False
 
@@ -105,12 +119,15 @@ class BlockingQueue:
         self, loop: asyncio.AbstractEventLoop, timeout: float | None
     ) -> asyncio.Future[T | None]:
         """A future for the next item; resolved with None after ``timeout`` seconds."""
-        fut: asyncio.Future[T | None] = loop.create_future()
-        self.waiters.append(fut)
-        if timeout is not None:
+        if loop is not self.loop:
             self.loop = loop
-            deadline = loop.time() + timeout
-            self.deadlines.append((deadline, fut))
+            self._create_future = loop.create_future
+            self._time = loop.time
+        fut: asyncio.Future[T | None] = self._create_future()
+        self._wait_push(fut)
+        if timeout is not None:
+            deadline = self._time() + timeout
+            self._deadline_push((deadline, fut))
             if self.timer is None or deadline < self.timer_at:
                 self._arm(deadline)
         return fut
@@ -125,9 +142,9 @@ class BlockingQueue:
         """The timer fired: time out every waiter whose deadline came, re-arm for the next."""
         self.timer = None
         now = self.loop.time() + DEADLINE_SLACK  # type: ignore[union-attr]
-        left: deque[tuple[float, asyncio.Future[T | None]]] = deque()
+        left: list[tuple[float, asyncio.Future[T | None]]] = []
         earliest = 0.0
-        for entry in self.deadlines:
+        for entry in list(self.deadlines):  # a copy: _note_dead may prune the line meanwhile
             fut = entry[1]
             if fut.done():
                 continue  # served, cancelled or already timed out: dropped
@@ -139,7 +156,8 @@ class BlockingQueue:
             left.append(entry)
             if not earliest or deadline < earliest:
                 earliest = deadline
-        self.deadlines = left
+        self.deadlines.clear()  # in place: _deadline_push and _deadline_pop are its methods
+        self.deadlines.extend(left)
         if left:
             self._arm(earliest)
 
@@ -149,8 +167,12 @@ class BlockingQueue:
         self.dead += 1
         if self.dead > PRUNE_AFTER and self.dead * 2 > len(self.waiters) + len(self.deadlines):
             self.dead = 0
-            self.waiters = deque([f for f in self.waiters if not f.done()])
-            self.deadlines = deque([e for e in self.deadlines if not e[1].done()])
+            waiters = [f for f in self.waiters if not f.done()]
+            deadlines = [e for e in self.deadlines if not e[1].done()]
+            self.waiters.clear()  # in place, as in _expire_due
+            self.waiters.extend(waiters)
+            self.deadlines.clear()
+            self.deadlines.extend(deadlines)
 
     def live_waiters(self) -> int:
         return sum(1 for f in self.waiters if not f.done())

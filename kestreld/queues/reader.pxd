@@ -81,6 +81,7 @@ cdef class Reader:
     cpdef take(self, object now)
     @cython.locals(item=QueueItem)
     cpdef peek(self, object now)
+    cpdef wait(self, object loop, object timeout)
     cpdef _removed(self, QueueItem item, object now)
     cpdef _delivered(self, QueueItem item, object now)
     @cython.locals(size=Py_ssize_t)
