@@ -436,7 +436,12 @@ class Reader:
 
     def open(self, item: QueueItem, owner: Any = None) -> OpenRead:
         """Hand ``item`` out tentatively, held by ``owner`` (see :class:`OpenRead`)."""
-        read = OpenRead(item, self, monotonic(), owner)
+        read = OpenRead.__new__(OpenRead)  # no __init__ call: a C allocation when compiled
+        read.item = item
+        read.reader = self
+        read.opened_at = monotonic()
+        read.finished = False
+        read.owner = owner
         self.open_reads[item.id] = read
         self.transactions += 1
         return read

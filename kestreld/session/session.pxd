@@ -9,7 +9,7 @@ from kestreld.journal.tick cimport Tick
 from kestreld.queues.collection cimport QueueCollection
 from kestreld.queues.item cimport QueueItem
 from kestreld.queues.journaled_queue cimport JournaledQueue
-from kestreld.queues.reader cimport Reader
+from kestreld.queues.reader cimport OpenRead, Reader
 from kestreld.session.fetch cimport Fetch
 from kestreld.session.reply cimport PendingReply, pending_confirm, pending_put
 from kestreld.session.traffic cimport Traffic
@@ -27,6 +27,7 @@ cdef class Session:
     cdef public object listener
     cdef public object ready
     cdef public dict open_reads
+    cdef public object spare_reads
     cdef object _wait_done_bound
     cdef public object waiting
     cdef public object wait_fetch
@@ -52,6 +53,8 @@ cdef class Session:
     cpdef _hand_out(self, Reader reader, Fetch f, QueueItem item)
     @cython.locals(f=Fetch, behind=PendingReply)
     cpdef _wait_done(self, object fut)
+    @cython.locals(ticket=Batch, reply=PendingReply)
+    cpdef object _confirm_one(self, Reader reader, OpenRead read)
     @cython.locals(ticket=Batch, reply=PendingReply)
     cpdef object _confirm(self, Reader reader, list reads)
     @cython.locals(reply=PendingReply)

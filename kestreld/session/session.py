@@ -86,6 +86,7 @@ class Session:
         "listener",
         "ready",
         "open_reads",
+        "spare_reads",
         "waiting",
         "wait_fetch",
         "_wait_done_bound",
@@ -112,6 +113,9 @@ class Session:
         self.ready = listener.replies_ready
         #: Reads this session opened, oldest first per reader.
         self.open_reads: dict[Reader, deque[OpenRead]] = {}
+        #: An emptied line of open reads, kept for the next one opened (a /close/open
+        #: empties its line and fills it again).
+        self.spare_reads: deque[OpenRead] | None = None
         #: The wait in progress (a get's future, a monitor's task), or None.
         self.waiting: asyncio.Future | None = None
         self.wait_fetch: Fetch | None = None
@@ -344,9 +348,10 @@ class Session:
         if f.abort and reads:
             reader.abort([reads.popleft()])
         if f.close and reads:
-            f.reply = self._confirm(reader, [reads.popleft()])
+            f.reply = self._confirm_one(reader, reads.popleft())
         if reads is not None and not reads:
             del self.open_reads[reader]
+            self.spare_reads = reads  # emptied: the next read opened reuses it
             reads = None
         if refused:
             f.outcome = REFUSED
@@ -397,7 +402,12 @@ class Session:
             read = reader.open(item, self)
             reads = self.open_reads.get(reader)
             if reads is None:
-                reads = self.open_reads[reader] = deque()
+                reads = self.spare_reads  # a /close/open's: the line its close emptied
+                if reads is None:
+                    reads = deque()
+                else:
+                    self.spare_reads = None
+                self.open_reads[reader] = reads
             reads.append(read)
             behind = f.behind if f.behind is not None else f.reply
             if behind is not None:
@@ -568,6 +578,15 @@ class Session:
         if not reads:
             del self.open_reads[reader]
         return read
+
+    def _confirm_one(self, reader: Reader, read: OpenRead) -> PendingReply | None:
+        """A ``/close``'s confirm: :meth:`_confirm` of one read, without the list."""
+        ticket = reader.confirm(read)
+        if ticket is None:
+            return None
+        reply = self._hold(ticket, reader)
+        reply.undo_reopens(read)
+        return reply
 
     def _confirm(self, reader: Reader, reads: list[OpenRead]) -> PendingReply | None:
         # A reader's confirms of one event-loop tick share one progress batch (it is
