@@ -39,6 +39,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.queues.journaled_queue",
     "kestreld.queues.collection",
     "kestreld.session.traffic",
+    "kestreld.session.gate",
     "kestreld.session.reply",
     "kestreld.session.fetch",
     "kestreld.session.session",

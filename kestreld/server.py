@@ -37,6 +37,7 @@ from kestreld.security import (
     load_auth_file,
 )
 from kestreld.security.tls_stream import TlsStream
+from kestreld.session.gate import Gate
 from kestreld.session.open_ids import OpenIds
 from kestreld.session.trace import SessionTrace
 from kestreld.state import (
@@ -98,10 +99,9 @@ class Server:
         self.queues = QueueCollection(config, self.executor)
         #: The status requests are checked against (the announced one after its grace period).
         self.status = ServerStatus.UP
-        #: Why writes / fetches are refused now (None: they are taken): the status in force
-        #: or the connection limits, judged when either changes, so a request reads one field.
-        self.writes_refused: str | None = None
-        self.reads_refused: str | None = None
+        #: Why writes / fetches are refused now and who observes latencies, kept current
+        #: here and read by every request of every session (kestreld/session/gate.py).
+        self.gate = Gate()
         self.status_board = StatusBoard(ServerStatus.UP, config.status_change_grace_period)
         self._status_timer: asyncio.TimerHandle | None = None
         #: This server's members of the ZooKeeper server sets ([zookeeper]), else None.
@@ -122,8 +122,6 @@ class Server:
         self.tls: ServerTls | None = None
         #: The users of auth_file; None: clients need not authenticate (Kestrel's way).
         self.authenticator: Authenticator | None = None
-        #: Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics).
-        self.latency_observer: Callable[..., None] | None = None
         #: Kestrel's session trace (enable_session_trace); None when off.
         self.session_trace: SessionTrace | None = (
             SessionTrace() if config.enable_session_trace else None
@@ -515,19 +513,35 @@ class Server:
         count = len(self.connections)
         config = self.config
         limit = config.connection_limit_refuse_writes
+        writes = reads = None
         if status.refuses_writes:
-            self.writes_refused = f"server is {status.value}"
+            writes = f"server is {status.value}"
         elif limit is not None and count > limit:
-            self.writes_refused = "too many connections for writes"
-        else:
-            self.writes_refused = None
+            writes = "too many connections for writes"
         limit = config.connection_limit_refuse_reads
         if status.refuses_reads:
-            self.reads_refused = f"server is {status.value}"
+            reads = f"server is {status.value}"
         elif limit is not None and count > limit:
-            self.reads_refused = "too many connections for reads"
-        else:
-            self.reads_refused = None
+            reads = "too many connections for reads"
+        self.gate.refuse(writes, reads)
+
+    @property
+    def writes_refused(self) -> str | None:
+        """Why writes are refused now (None: they are taken); see :meth:`_judge_refusals`."""
+        return self.gate.writes_refused
+
+    @property
+    def reads_refused(self) -> str | None:
+        return self.gate.reads_refused
+
+    @property
+    def latency_observer(self) -> Callable[..., None] | None:
+        """Called with (kind, seconds) for "set", "get_hit" and "get_timeout" (metrics)."""
+        return self.gate.latency_observer
+
+    @latency_observer.setter
+    def latency_observer(self, observer: Callable[..., None] | None) -> None:
+        self.gate.observe(observer)
 
     def connection_opened(self, conn: Any) -> None:
         """A connection was accepted (front ends call this, and :meth:`connection_closed`)."""

@@ -82,7 +82,9 @@ class ServerState(Protocol):
     queues: QueueCollection
     status: ServerStatus
     #: Why writes / fetches are refused now (the status in force, the connection limits),
-    #: else None: kept current by the server, read once per request by sessions.
+    #: else None, and the latency observer: kept current by the server in its gate
+    #: (kestreld.session.gate.Gate), which every session holds and reads per request.
+    gate: Any
     writes_refused: str | None
     reads_refused: str | None
     #: The server-set membership when [zookeeper] is configured, else None.

@@ -209,7 +209,7 @@ def cmd_set(conn: MemcacheConnection, args: list[bytes], data: bytes) -> None:
     if reply is not None:
         conn.hold(reply)  # STORED once the journal has it
     elif not noreply:
-        observe = conn.server.latency_observer
+        observe = conn.session.gate.latency_observer
         if observe is not None:
             observe("set", 0.0)
         conn.out.append(STORED)

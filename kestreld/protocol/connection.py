@@ -491,7 +491,7 @@ class Connection(Sink):
                     ready.append(server_error(error))
                     self.session.reply_failed(reply)
                 elif reply.kind == PUT:
-                    observe = self.server.latency_observer
+                    observe = self.session.gate.latency_observer
                     if observe is not None:
                         observe("set", monotonic() - reply.started())
                     ready.append(STORED)

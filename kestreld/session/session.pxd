@@ -11,6 +11,7 @@ from kestreld.queues.item cimport QueueItem
 from kestreld.queues.journaled_queue cimport JournaledQueue
 from kestreld.queues.reader cimport OpenRead, Reader
 from kestreld.session.fetch cimport Fetch
+from kestreld.session.gate cimport Gate
 from kestreld.session.reply cimport PendingReply, pending_confirm, pending_put
 from kestreld.session.traffic cimport Traffic
 
@@ -22,6 +23,7 @@ cdef class Session:
     cdef public object server
     cdef public QueueCollection queues
     cdef public Tick tick
+    cdef public Gate gate
     cdef public object stats
     cdef public Traffic traffic
     cdef public object listener
@@ -46,7 +48,7 @@ cdef class Session:
     @cython.locals(unacked=list)
     cpdef bint puts_pending(self) except -1
 
-    @cython.locals(fetch=bint, refused=bint, reader=Reader, item=QueueItem,
+    @cython.locals(fetch=bint, refused=bint, reader=Reader, item=QueueItem, gate=Gate,
                    traffic=Traffic)
     cpdef int fetch(self, Fetch f, bint single) except -1
     @cython.locals(ticket=Batch, reply=PendingReply, behind=PendingReply)

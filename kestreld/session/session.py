@@ -81,6 +81,7 @@ class Session:
         "server",
         "queues",
         "tick",
+        "gate",
         "stats",
         "traffic",
         "listener",
@@ -105,6 +106,8 @@ class Session:
         #: The server's journal tick: a front end holds it while it runs the requests of one
         #: read, so their writes go out together (kestreld/journal/tick.py).
         self.tick = server.queues.tick
+        #: The server's gate: what it refuses now, who observes latencies (one per server).
+        self.gate = server.gate
         self.stats = server.stats
         self.traffic = server.stats.traffic  # per-request counters (C fields when compiled)
         #: The front end: ``replies_ready(ticket)``, ``wait_ended(fetch)``, ``monitor_item(fetch)``.
@@ -202,26 +205,26 @@ class Session:
         return principal is not None and principal.permits(role, queue)
 
     # The server keeps why it refuses writes and fetches now (its status in force, or
-    # more connections than connection_limit_refuse_writes / _reads), so a request
-    # reads one attribute: see ServerState.writes_refused.
+    # more connections than connection_limit_refuse_writes / _reads) in its gate, so a
+    # request reads one C field: see kestreld/session/gate.py.
 
     def check_writable(self) -> None:
         """Raise :class:`NotWritable` if the server refuses writes now (READONLY,
         QUIESCENT, or more connections than ``connection_limit_refuse_writes``)."""
-        refusal = self.server.writes_refused
+        refusal = self.gate.writes_refused
         if refusal is not None:
             raise NotWritable(refusal)
 
     def check_readable(self) -> None:
         """Raise :class:`NotWritable` if the server refuses fetches now (QUIESCENT, or
         more connections than ``connection_limit_refuse_reads``)."""
-        refusal = self.server.reads_refused
+        refusal = self.gate.reads_refused
         if refusal is not None:
             raise NotWritable(refusal)
 
     def read_refusal(self) -> str | None:
         """Why fetches are refused now (a REFUSED fetch's reason), or None."""
-        return self.server.reads_refused
+        return self.gate.reads_refused
 
     def max_open_reads(self) -> int:
         """How many reads of one queue this session may hold open."""
@@ -237,7 +240,7 @@ class Session:
         """Before a put's data is read: raise :class:`NotWritable` or :class:`NotStored`
         (larger than the queue's ``max_item_size``) if it cannot be stored."""
         server = self.server
-        refusal = server.writes_refused
+        refusal = self.gate.writes_refused
         if refusal is not None:
             raise NotWritable(refusal)
         # The queue's own copy of its max_item_size (kept current by reloads) saves a lookup.
@@ -323,7 +326,8 @@ class Session:
         f.reply = None
         f.item = None
         fetch = f.open or not (f.close or f.abort)
-        refused = fetch and server.reads_refused is not None
+        gate = self.gate
+        refused = fetch and gate.reads_refused is not None
         try:  # create_queue_on_get off: a fetch never makes a queue (or reader) exist
             reader = self.queues.reader(f.name, False)
             if reader is None and fetch and not refused and server.config.create_queue_on_get:
@@ -371,8 +375,8 @@ class Session:
         item = reader.peek(now) if f.peek else reader.take(now)
         if item is not None:
             traffic.get_hits += 1
-            if server.latency_observer is not None:
-                server.latency_observer("get_hit", 0.0)
+            if gate.latency_observer is not None:
+                gate.latency_observer("get_hit", 0.0)
             self._hand_out(reader, f, item)
             f.outcome = ITEM
             return ITEM
@@ -438,7 +442,7 @@ class Session:
                 f.outcome = GONE  # type: ignore[union-attr]
                 self.listener.wait_ended(f)
             return
-        observe = self.server.latency_observer
+        observe = self.gate.latency_observer
         if observe is not None:  # the wait's length, per reader for a timeout
             observe(
                 "get_hit" if item is not None else "get_timeout",
