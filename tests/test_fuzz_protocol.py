@@ -24,6 +24,7 @@ import random
 import re
 import resource
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -91,9 +92,11 @@ def _check_folder(root: Path) -> None:
         if name in (".lock", ".kestreld-status"):
             continue
         assert LEGAL_FILE.fullmatch(name), f"unexpected file {name!r} in the queue folder"
-        path = root / "queues" / name
-        if os.path.lexists(path):  # a checkpoint temporary may be renamed meanwhile
-            assert path.is_file() and not path.is_symlink(), f"{name!r} is not a plain file"
+        try:  # one lstat: a checkpoint temporary may be renamed over its file meanwhile
+            mode = os.lstat(root / "queues" / name).st_mode
+        except FileNotFoundError:
+            continue
+        assert stat.S_ISREG(mode), f"{name!r} is not a plain file"
 
 
 def _control_round_trip(srv: KestreldProcess) -> None:
