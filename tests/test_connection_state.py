@@ -179,3 +179,46 @@ async def test_clients_waiting_for_an_item_are_counted_until_every_kind_of_end(t
     finally:
         await server.stop()
     assert tick.waiting == 0
+
+
+async def test_a_consumer_served_by_a_put_runs_its_next_requests_after_the_put_is_offered(
+    tmp_path,
+):
+    """A waiting get served by a put is answered once the put was offered to every reader
+    of its queue, and the requests its client sent behind the get run then.  Those may add
+    readers to that very queue: never in the middle of the offers (the item reaches each
+    reader that existed exactly once, and none made after it)."""
+    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
+    server = Server(config)
+    await server.start()
+    tick = server.queues.tick
+    try:
+        streams = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(3)]
+        (a_r, a_w), (b_r, b_w), (p_r, p_w) = streams
+        for name, (r, w) in (("a", streams[0]), ("b", streams[1])):
+            w.write(b"get q+%s\r\n" % name.encode())  # the readers exist, empty
+            assert await r.readline() == b"END\r\n"
+        a_w.write(b"get q+a/t=5000\r\nget q+late1\r\n")
+        b_w.write(b"get q+b/t=5000\r\nget q+late2\r\n")
+        await _until(lambda: tick.waiting == 2, "both consumers wait")
+        p_w.write(b"set q 0 0 2\r\nhi\r\n")
+        assert await p_r.readline() == b"STORED\r\n"
+        for name, late, r in (("a", b"late1", a_r), ("b", b"late2", b_r)):
+            assert await r.readline() == b"VALUE q+%s/t=5000 0 2\r\n" % name.encode()
+            assert await r.readline() == b"hi\r\n"
+            assert await r.readline() == b"END\r\n"
+            assert await r.readline() == b"END\r\n", late  # a reader made after the put
+        queue = server.queues.queues["q"]
+        assert sorted(queue.readers) == ["", "a", "b", "late1", "late2"]  # "": the queue's own
+        assert [queue.readers[name].items for name in sorted(queue.readers)] == [1, 0, 0, 0, 0]
+        p_w.write(b"set q 0 0 3\r\nbye\r\n")
+        assert await p_r.readline() == b"STORED\r\n"
+        for name in ("a", "b", "late1", "late2"):  # every reader gets the next item once
+            a_w.write(b"get q+%s\r\n" % name.encode())
+            assert await a_r.readline() == b"VALUE q+%s 0 3\r\n" % name.encode()
+            assert await a_r.readline() == b"bye\r\n"
+            assert await a_r.readline() == b"END\r\n"
+        for _, w in streams:
+            w.close()
+    finally:
+        await server.stop()

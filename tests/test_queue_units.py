@@ -16,7 +16,7 @@ from kestreld.journal import codec, fileio
 from kestreld.journal.checkpoint import read_checkpoint
 from kestreld.journal.progress import ProgressLog, rewrite
 from kestreld.journal.writer import WriterJournal
-from kestreld.queues.blocking import PRUNE_AFTER, BlockingQueue
+from kestreld.queues.blocking import PRUNE_AFTER, BlockingQueue, Waiter
 from kestreld.queues.item import QueueItem
 from kestreld.queues.reader import Reader
 
@@ -127,6 +127,70 @@ async def test_many_served_waits_leave_a_bounded_line_of_deadlines():
     assert q.timer is not None  # still armed for a deadline served long ago: harmless
     q.wake_all()
     assert q.timer is None and not q.deadlines
+
+
+async def test_the_waits_of_a_line_ending_in_one_turn_run_together_on_the_next():
+    """A get's Waiter ends once: served, timed out or cancelled.  Its callback runs on the
+    loop's next turn, as a future's would; the waits of one line that ended in the same turn
+    run from one callback, in the order they ended.  An ended waiter is passed by."""
+    loop = asyncio.get_running_loop()
+    q = BlockingQueue()
+    ended: list[tuple[str, object]] = []
+
+    def waiter(name: str, timeout: float | None = None) -> Waiter:
+        w = Waiter(lambda w: ended.append((name, None if w.item is None else w.item.id)), loop)
+        q.enter(w, timeout)
+        return w
+
+    gone, first, second = waiter("gone"), waiter("first"), waiter("second")
+    assert gone.cancel() and not gone.cancel() and gone.cancelled()
+    assert q.hand_off(_item(1)) and q.hand_off(_item(2))  # gone is passed by
+    assert not q.hand_off(_item(3))  # nobody waits any more
+    assert first.done() and not first.cancelled() and second.done()
+    assert ended == []  # not in the middle of the offers: on the next turn
+    handles = len(loop._ready) if hasattr(loop, "_ready") else None  # asyncio's own loop
+    await asyncio.sleep(0)
+    assert ended == [("gone", None), ("first", 1), ("second", 2)]
+    if handles is not None:
+        assert handles == 2  # the cancel's callback, and one for both waits served
+    try:
+        first.serve(_item(4))
+    except asyncio.InvalidStateError:
+        pass
+    else:
+        raise AssertionError("a served waiter took a second item")
+
+    timed, stays = waiter("timed", 0.01), waiter("stays", 60)
+    await asyncio.sleep(0.05)
+    assert timed.done() and ended[-1] == ("timed", None) and not stays.done()
+    q.wake_all()  # the queue goes away: every wait still open ends without an item
+    await asyncio.sleep(0)
+    assert ended[-1] == ("stays", None) and q.live_waiters() == 0
+
+
+async def test_a_failing_end_of_one_wait_is_reported_and_the_others_still_run():
+    loop = asyncio.get_running_loop()
+    reported: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        q = BlockingQueue()
+        ran: list[int] = []
+
+        def fail(_w: Waiter) -> None:
+            raise RuntimeError("a bug")
+
+        q.enter(Waiter(fail, loop), None)
+        q.enter(Waiter(lambda w: ran.append(w.item.id), loop), None)
+        assert q.hand_off(_item(1)) and q.hand_off(_item(2))
+        await asyncio.sleep(0)
+        assert ran == [2]
+        assert len(reported) == 1 and isinstance(reported[0]["exception"], RuntimeError)
+        q.enter(Waiter(lambda w: ran.append(w.item.id), loop), None)
+        assert q.hand_off(_item(3))
+        await asyncio.sleep(0)
+        assert ran == [2, 3]  # the line goes on serving after the failure
+    finally:
+        loop.set_exception_handler(None)
 
 
 # --- ProgressLog -------------------------------------------------------------------------

@@ -3,6 +3,21 @@
 cimport cython
 
 
+cdef int PENDING, SERVED, CANCELLED
+
+
+cdef class Waiter:
+    cdef public object callback
+    cdef public object loop
+    cdef public int state
+    cdef public object item
+
+    cpdef bint done(self) except -1
+    cpdef bint cancelled(self) except -1
+    cpdef serve(self, object item)
+    cpdef bint cancel(self) except -1
+
+
 cdef class BlockingQueue:
     cdef public object items
     cdef object _push
@@ -19,13 +34,22 @@ cdef class BlockingQueue:
     cdef public object loop
     cdef object _create_future
     cdef object _time
+    cdef public list served
 
+    @cython.locals(waiter=Waiter)
     cpdef bint hand_off(self, object item) except -1
     cpdef put(self, object item)
     cpdef put_first(self, object item)
     cpdef poll(self)
     cpdef peek(self)
-    @cython.locals(deadline=double)
     cpdef wait(self, object loop, object timeout)
+    cpdef enter(self, Waiter waiter, object timeout)
+    cpdef _bind(self, object loop)
+    @cython.locals(served=list)
+    cpdef _end(self, Waiter waiter, object item)
+    @cython.locals(served=list, waiter=Waiter)
+    cpdef _run_served(self)
+    @cython.locals(deadline=double)
+    cpdef _line_up(self, object waiter, object timeout)
     cpdef _arm(self, double deadline)
     cpdef _note_dead(self)

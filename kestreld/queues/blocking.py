@@ -8,6 +8,11 @@ an item; such dead waiters are pruned once they make up half the line, so a
 long-waiting get cannot make short polls behind it pile up.  Everything runs
 on the event loop thread: no locks are needed.
 
+A waiting get is a :class:`Waiter`, the part of a future it needs without asyncio's
+machinery (a monitor, which awaits, still waits with a future).  Waiters whose waits ended
+in one turn of the loop (served, timed out) run on the next turn, as a future's callbacks
+would, but all of one line's together, from one callback.
+
 Timed waits share one timer per queue, armed for the earliest deadline (a
 ``/t=`` get that is served leaves the line of deadlines with the hand-off, as
 the oldest in it; one ended by its session lingers until the timer fires or
@@ -33,6 +38,46 @@ PRUNE_AFTER = 32
 DEADLINE_SLACK = 0.001
 
 
+#: A waiter's states.
+PENDING = 0
+SERVED = 1
+CANCELLED = 2
+
+
+class Waiter:
+    """One consumer's place in a line: ``callback(waiter)`` runs once, on a later turn of
+    the loop, when the wait ends: served (``item``; None at its timeout) or cancelled."""
+
+    __slots__ = ("callback", "loop", "state", "item")
+
+    def __init__(self, callback: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.callback = callback
+        self.loop = loop
+        self.state = PENDING
+        self.item: T | None = None
+
+    def done(self) -> bool:
+        return self.state != PENDING
+
+    def cancelled(self) -> bool:
+        return self.state == CANCELLED
+
+    def serve(self, item: T | None) -> None:
+        """The wait ends with ``item`` (None: its timeout); its line runs the callback."""
+        if self.state != PENDING:
+            raise asyncio.InvalidStateError("the wait has ended already")
+        self.state = SERVED
+        self.item = item
+
+    def cancel(self) -> bool:
+        """End the wait without an item (its session ends); False when it ended already."""
+        if self.state != PENDING:
+            return False
+        self.state = CANCELLED
+        self.loop.call_soon(self.callback, self)
+        return True
+
+
 class BlockingQueue:
     __slots__ = (
         "items",
@@ -50,6 +95,7 @@ class BlockingQueue:
         "loop",
         "_create_future",
         "_time",
+        "served",
     )
 
     def __init__(self) -> None:
@@ -72,6 +118,8 @@ class BlockingQueue:
         # The loop's create_future and time, bound at the first wait (one loop runs a server).
         self._create_future: Any = None
         self._time: Any = None
+        #: Waiters whose waits ended this turn: their callbacks run on the next (one callback).
+        self.served: list[Waiter] = []
 
     def __len__(self) -> int:
         return len(self.items)
@@ -84,14 +132,21 @@ class BlockingQueue:
         waiters = self.waiters
         while waiters:
             fut = self._wait_pop()
-            if not fut.done():
-                fut.set_result(item)
-                deadlines = self.deadlines
-                # Timed waits began in the order of the line, and the oldest live waiter was
-                # just served: its deadline and any older ones are done, at the head.
-                while deadlines and deadlines[0][1].done():
-                    self._deadline_pop()
-                return True
+            if type(fut) is Waiter:  # a get's: its own verbs, C calls when compiled
+                waiter = fut
+                if waiter.state != PENDING:
+                    continue
+                self._end(waiter, item)
+            elif fut.done():
+                continue
+            else:
+                fut.set_result(item)  # a monitor's future
+            deadlines = self.deadlines
+            # Timed waits began in the order of the line, and the oldest live waiter was
+            # just served: its deadline and any older ones are done, at the head.
+            while deadlines and deadlines[0][1].done():
+                self._deadline_pop()
+            return True
         return False
 
     def put(self, item: T) -> None:
@@ -120,17 +175,51 @@ class BlockingQueue:
     ) -> asyncio.Future[T | None]:
         """A future for the next item; resolved with None after ``timeout`` seconds."""
         if loop is not self.loop:
-            self.loop = loop
-            self._create_future = loop.create_future
-            self._time = loop.time
+            self._bind(loop)
         fut: asyncio.Future[T | None] = self._create_future()
-        self._wait_push(fut)
+        self._line_up(fut, timeout)
+        return fut
+
+    def enter(self, waiter: Waiter, timeout: float | None) -> None:
+        """``waiter`` waits for the next item; it ends with None after ``timeout`` seconds."""
+        if waiter.loop is not self.loop:
+            self._bind(waiter.loop)
+        self._line_up(waiter, timeout)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop's verbs, bound at the first wait (one loop runs a server)."""
+        self.loop = loop
+        self._create_future = loop.create_future
+        self._time = loop.time
+        self.served = []  # any left belong to a loop that stopped: they can never run
+
+    def _end(self, waiter: Waiter, item: T | None) -> None:
+        """``waiter``'s wait ends with ``item``: its callback runs on the loop's next turn,
+        with those of every other wait of this line ending in this turn."""
+        waiter.serve(item)
+        served = self.served
+        served.append(waiter)
+        if len(served) == 1:
+            self.loop.call_soon(self._run_served)  # type: ignore[union-attr]
+
+    def _run_served(self) -> None:
+        served = self.served
+        self.served = []
+        for waiter in served:
+            try:
+                waiter.callback(waiter)
+            except Exception as e:  # as the loop reports a failing callback; the rest still run
+                self.loop.call_exception_handler(  # type: ignore[union-attr]
+                    {"message": "the end of a wait failed", "exception": e, "waiter": waiter}
+                )
+
+    def _line_up(self, waiter: Any, timeout: float | None) -> None:
+        self._wait_push(waiter)
         if timeout is not None:
             deadline = self._time() + timeout
-            self._deadline_push((deadline, fut))
+            self._deadline_push((deadline, waiter))
             if self.timer is None or deadline < self.timer_at:
                 self._arm(deadline)
-        return fut
 
     def _arm(self, deadline: float) -> None:
         if self.timer is not None:
@@ -150,7 +239,10 @@ class BlockingQueue:
                 continue  # served, cancelled or already timed out: dropped
             deadline = entry[0]
             if deadline <= now:
-                fut.set_result(None)
+                if type(fut) is Waiter:
+                    self._end(fut, None)
+                else:
+                    fut.set_result(None)
                 self._note_dead()  # it lingers in the line of waiters until a hand-off or a prune
                 continue
             left.append(entry)
@@ -181,7 +273,10 @@ class BlockingQueue:
         """Resolve every waiter with None (the queue was deleted or the server stops)."""
         while self.waiters:
             fut = self.waiters.popleft()
-            if not fut.done():
+            if type(fut) is Waiter:
+                if fut.state == PENDING:
+                    self._end(fut, None)
+            elif not fut.done():
                 fut.set_result(None)
         self.deadlines.clear()
         if self.timer is not None:

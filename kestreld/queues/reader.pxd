@@ -11,7 +11,7 @@ from kestreld.journal.batch cimport Batch
 from kestreld.journal.progress cimport ProgressLog
 from kestreld.journal.segment cimport Segment
 from kestreld.journal.writer cimport WriterJournal
-from kestreld.queues.blocking cimport BlockingQueue
+from kestreld.queues.blocking cimport BlockingQueue, Waiter
 from kestreld.queues.item cimport QueueItem
 
 
@@ -82,6 +82,7 @@ cdef class Reader:
     @cython.locals(item=QueueItem)
     cpdef peek(self, object now)
     cpdef wait(self, object loop, object timeout)
+    cpdef enter(self, Waiter waiter, object timeout)
     cpdef _removed(self, QueueItem item, object now)
     cpdef _delivered(self, QueueItem item, object now)
     @cython.locals(size=Py_ssize_t)

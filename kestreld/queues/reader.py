@@ -33,7 +33,7 @@ from kestreld.journal.files import checkpoint_name, unlink_quietly
 from kestreld.journal.progress import FolderNotSynced, ProgressLog, rewrite
 from kestreld.journal.segment import ReadBehind, Segment
 from kestreld.journal.writer import WriterJournal
-from kestreld.queues.blocking import BlockingQueue
+from kestreld.queues.blocking import BlockingQueue, Waiter
 from kestreld.queues.item import QueueItem
 
 log = structlog.get_logger("kestreld.queues")
@@ -417,6 +417,10 @@ class Reader:
 
     def wait(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> asyncio.Future:
         return self.memory.wait(loop, timeout)
+
+    def enter(self, waiter: Waiter, timeout: float | None) -> None:
+        """``waiter`` waits for this reader's next item (``timeout`` seconds at most)."""
+        self.memory.enter(waiter, timeout)
 
     def _removed(self, item: QueueItem, now: int) -> None:
         """An item counted in and handed straight to a waiter: counted out, delivered."""

@@ -6,6 +6,7 @@ cimport cython
 from kestreld.journal.clock cimport monotonic, now_ms
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.tick cimport Tick
+from kestreld.queues.blocking cimport Waiter
 from kestreld.queues.collection cimport QueueCollection
 from kestreld.queues.item cimport QueueItem
 from kestreld.queues.journaled_queue cimport JournaledQueue
@@ -49,12 +50,12 @@ cdef class Session:
     cpdef bint puts_pending(self) except -1
 
     @cython.locals(fetch=bint, refused=bint, reader=Reader, item=QueueItem, gate=Gate,
-                   traffic=Traffic)
+                   traffic=Traffic, waiter=Waiter)
     cpdef int fetch(self, Fetch f, bint single) except -1
     @cython.locals(ticket=Batch, reply=PendingReply, behind=PendingReply)
     cpdef _hand_out(self, Reader reader, Fetch f, QueueItem item)
     @cython.locals(f=Fetch, behind=PendingReply)
-    cpdef _wait_done(self, object fut)
+    cpdef _wait_done(self, Waiter waiter)
     @cython.locals(ticket=Batch, reply=PendingReply)
     cpdef object _confirm_one(self, Reader reader, OpenRead read)
     @cython.locals(ticket=Batch, reply=PendingReply)

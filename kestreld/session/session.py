@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kestreld.journal.clock import monotonic, now_ms
+from kestreld.queues.blocking import Waiter
 from kestreld.queues.collection import TooManyQueues
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
 from kestreld.session.errors import (
@@ -119,8 +120,8 @@ class Session:
         #: An emptied line of open reads, kept for the next one opened (a /close/open
         #: empties its line and fills it again).
         self.spare_reads: deque[OpenRead] | None = None
-        #: The wait in progress (a get's future, a monitor's task), or None.
-        self.waiting: asyncio.Future | None = None
+        #: The wait in progress (a get's Waiter, a monitor's or a password check's task).
+        self.waiting: Waiter | asyncio.Task | None = None
         self.wait_fetch: Fetch | None = None
         self._wait_done_bound = self._wait_done  # the callback of every wait, bound once
         #: Journal batches holding this session's puts, not yet resolved.
@@ -384,14 +385,14 @@ class Session:
             traffic.get_misses += 1
             f.outcome = MISS
             return MISS
-        fut = reader.wait(server.loop, f.timeout / 1000)
-        self.waiting = fut
+        waiter = Waiter(self._wait_done_bound, server.loop)
+        reader.enter(waiter, f.timeout / 1000)
+        self.waiting = waiter
         self.tick.wait_began()  # ended in _wait_done, which every end of the wait runs
         self.wait_fetch = f
         f.reader = reader
         f.behind = f.reply  # placed by the front end now; the item goes in after it
         f.started = monotonic()
-        fut.add_done_callback(self._wait_done_bound)
         f.outcome = WAIT
         return WAIT
 
@@ -424,13 +425,14 @@ class Session:
         reply.undo_returns(item)
         f.reply = reply
 
-    def _wait_done(self, fut: asyncio.Future) -> None:
-        """A wait ended: with an item, or None at its timeout (or when ended early)."""
+    def _wait_done(self, waiter: Waiter) -> None:
+        """A wait ended (on the loop's turn after it did): with an item, or None at its
+        timeout (or when ended early)."""
         f = self.wait_fetch
         self.wait_fetch = None
         self.waiting = None
         self.tick.wait_ended()
-        item = None if fut.cancelled() else fut.result()
+        item = waiter.item  # None: timed out, or cancelled (the session ended the wait)
         reader = f.reader  # type: ignore[union-attr]
         f.reader = None  # type: ignore[union-attr]
         f.reply = None  # type: ignore[union-attr]
