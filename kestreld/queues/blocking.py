@@ -1,9 +1,9 @@
 """A FIFO that consumers can wait on: libkestrel's ConcurrentBlockingQueue, in asyncio form.
 
-Items live in a deque; waiting consumers are futures in a second deque, oldest
+Items live in a deque; waiting consumers are waiters in a second deque, oldest
 first.  A put hands the item straight to the oldest live waiter (the airport
 taxi line) and only queues it when nobody waits.  A waiter that timed out or
-whose connection died is a done future and is skipped, so it never swallows
+whose connection died is done and is skipped, so it never swallows
 an item; such dead waiters are pruned once they make up half the line, so a
 long-waiting get cannot make short polls behind it pile up.  Everything runs
 on the event loop thread: no locks are needed.
