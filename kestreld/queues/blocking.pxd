@@ -47,6 +47,7 @@ cdef class BlockingQueue:
     cpdef _bind(self, object loop)
     @cython.locals(served=list)
     cpdef _end(self, Waiter waiter, object item)
+    cpdef _resolve(self, object fut, object item)
     @cython.locals(served=list, waiter=Waiter)
     cpdef _run_served(self)
     @cython.locals(deadline=double)

@@ -202,6 +202,14 @@ class BlockingQueue:
         if len(served) == 1:
             self.loop.call_soon(self._run_served)  # type: ignore[union-attr]
 
+    def _resolve(self, fut: Any, item: T | None) -> None:
+        """End a live wait of the line, a get's waiter or a monitor's future (the cold paths:
+        a hand-off serves a waiter through its own verbs)."""
+        if type(fut) is Waiter:
+            self._end(fut, item)
+        else:
+            fut.set_result(item)
+
     def _run_served(self) -> None:
         served = self.served
         self.served = []
@@ -239,10 +247,7 @@ class BlockingQueue:
                 continue  # served, cancelled or already timed out: dropped
             deadline = entry[0]
             if deadline <= now:
-                if type(fut) is Waiter:
-                    self._end(fut, None)
-                else:
-                    fut.set_result(None)
+                self._resolve(fut, None)
                 self._note_dead()  # it lingers in the line of waiters until a hand-off or a prune
                 continue
             left.append(entry)
@@ -273,11 +278,8 @@ class BlockingQueue:
         """Resolve every waiter with None (the queue was deleted or the server stops)."""
         while self.waiters:
             fut = self.waiters.popleft()
-            if type(fut) is Waiter:
-                if fut.state == PENDING:
-                    self._end(fut, None)
-            elif not fut.done():
-                fut.set_result(None)
+            if not fut.done():
+                self._resolve(fut, None)
         self.deadlines.clear()
         if self.timer is not None:
             self.timer.cancel()
