@@ -35,6 +35,16 @@ async def connected(tmp_path):
     await server.stop()
 
 
+async def test_replies_to_a_transport_that_is_not_a_plain_socket_go_through_it(connected):
+    """Only a plain uvloop socket is written to directly: an in-memory transport (as a TLS
+    one, whose socket carries records) gets every reply through its own ``write``."""
+    conn, transport = connected
+    assert conn.fd == -1
+    conn.data_received(b"set q 0 0 2\r\nhi\r\nget q\r\n")
+    await _tick()
+    assert bytes(transport.data) == b"STORED\r\nVALUE q 0 2\r\nhi\r\nEND\r\n"
+
+
 async def _tick() -> None:
     for _ in range(3):
         await asyncio.sleep(0)
@@ -222,3 +232,39 @@ async def test_a_consumer_served_by_a_put_runs_its_next_requests_after_the_put_i
             w.close()
     finally:
         await server.stop()
+
+
+def test_replies_that_back_up_on_a_real_server_arrive_whole_and_in_order(make_server):
+    """A real kestreld (uvloop; compiled, replies are sent to the socket directly while
+    the transport holds nothing): a client asks for far more than the socket buffers
+    hold and reads nothing, so the replies back up into the transport; then it reads.
+    Every item arrives once, whole and in queue order, and the connection goes on
+    answering afterwards (replies sent directly again once the transport drained)."""
+    server = make_server()
+    size, count = 16384, 400  # 6.5 MB of replies
+    sock = server.connect()
+    sock.settimeout(30)
+    items = [b"%06d" % i + b"v" * (size - 6) for i in range(count)]
+    sock.sendall(b"".join(b"set q 0 0 %d\r\n%s\r\n" % (size, item) for item in items))
+    stored = b""
+    while len(stored) < 8 * count:
+        stored += sock.recv(65536)
+    assert stored == b"STORED\r\n" * count
+    sender = threading.Thread(target=sock.sendall, args=(b"get q\r\n" * count,), daemon=True)
+    sender.start()
+    time.sleep(1.0)  # the server writes until the socket is full, then buffers
+    expected = b"".join(b"VALUE q 0 %d\r\n%s\r\nEND\r\n" % (size, item) for item in items)
+    received = bytearray()
+    while len(received) < len(expected):
+        chunk = sock.recv(1 << 20)
+        assert chunk, "closed early"
+        received.extend(chunk)
+    sender.join(10)
+    assert received == expected
+    for i in range(3):
+        sock.sendall(b"set q 0 0 2\r\nz%d\r\nget q\r\n" % i)
+        reply = b""
+        while not reply.endswith(b"END\r\n"):
+            reply += sock.recv(65536)
+        assert reply == b"STORED\r\nVALUE q 0 2\r\nz%d\r\nEND\r\n" % i
+    sock.close()

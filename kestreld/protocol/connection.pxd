@@ -21,6 +21,8 @@ cdef Py_ssize_t OUTPUT_HOLD_LIMIT
 cdef int GO, KEEP, LATER, SKIP, STOP
 cdef int BUSY, ITEM, LIMITED, MISS, REFUSED
 cdef int PUT
+cdef bint COMPILED
+cdef tuple DIRECT_TRANSPORTS
 
 
 cdef class Connection(Sink):
@@ -47,6 +49,8 @@ cdef class Connection(Sink):
     cdef public bytes value_header
     cdef public set peers
     cdef public object write_out
+    cdef public int fd
+    cdef public bint spilled
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1
@@ -70,5 +74,7 @@ cdef class Connection(Sink):
 
     @cython.locals(out=list, ready=list, i=Py_ssize_t, data=bytes, part=object, first=object, reply=PendingReply)
     cpdef flush_out(self)
+    @cython.locals(size=Py_ssize_t, n=Py_ssize_t)
+    cpdef send(self, bytes data)
     cpdef close(self)
     cpdef _drain(self)
