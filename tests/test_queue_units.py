@@ -252,7 +252,8 @@ def _journaled_reader(folder: str, **config) -> tuple[WriterJournal, Reader]:
 
 
 async def _put(journal: WriterJournal, reader: Reader, data: bytes) -> None:
-    id_, seg, offset, batch = journal.put(NOW, data)
+    batch = journal.put(NOW, data)
+    id_, seg, offset = journal.put_id, journal.put_segment, journal.put_offset
     journal.flush()
     assert batch.done and batch.error is None
     reader.offer(QueueItem(id_, NOW, 0, 0, data), seg, offset, NOW)

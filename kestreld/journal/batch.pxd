@@ -10,6 +10,7 @@ from kestreld.journal.clock cimport monotonic
 cdef class Batch:
     cdef public bint done
     cdef public object error
+    cdef public object first
     cdef public list callbacks
     cdef public double started
     cdef public object end_segment
@@ -18,5 +19,5 @@ cdef class Batch:
 
     cpdef add_done_callback(self, object fn)
 
-    @cython.locals(callbacks=list)
+    @cython.locals(callbacks=list, first=object)
     cpdef resolve(self, object error=*)

@@ -9,6 +9,7 @@ cdef class Flushing:
 
 cdef class Tick:
     cdef public list writers
+    cdef public list _spare
     cdef public bint scheduled
     cdef public int held
     cdef public Py_ssize_t waiting

@@ -37,10 +37,11 @@ class Flushing:
 class Tick:
     """The writer journals of one server with a flush due (one writer: the event loop)."""
 
-    __slots__ = ("writers", "scheduled", "held", "waiting", "_call_soon", "_turn_bound")
+    __slots__ = ("writers", "_spare", "scheduled", "held", "waiting", "_call_soon", "_turn_bound")
 
     def __init__(self) -> None:
         self.writers: list[Flushing] = []  # writers with a flush due, in the order they asked
+        self._spare: list[Flushing] = []  # the list a flush pass collects joiners in
         self.scheduled = False  # a loop callback is pending
         self.held = 0  # front ends running a batch of requests (flush when they release)
         self.waiting = 0  # clients waiting for an item: none of their requests can join
@@ -82,7 +83,10 @@ class Tick:
         try:
             writers = self.writers
             while writers:
-                self.writers = []
+                # Writers joining during this pass go to the other list (two lists in
+                # turn: no new list per flush).
+                self.writers = self._spare
+                self._spare = writers
                 done = 0
                 try:
                     for writer in writers:
@@ -92,9 +96,11 @@ class Tick:
                     # A flush failed unexpectedly (a bug): the writers after it still owe
                     # theirs, on the next turn, as if each had its own callback.
                     self.writers = writers[done:] + self.writers
+                    self._spare = []
                     if self.writers and not self.scheduled:
                         self._schedule()
                     raise
+                writers.clear()
                 writers = self.writers
         finally:
             self.held -= 1

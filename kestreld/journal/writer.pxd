@@ -38,12 +38,15 @@ cdef class WriterJournal(Flushing):
     cdef public list _progress
     cdef public PeriodicSync sync
     cdef public Tick tick
+    cdef public object put_id
+    cdef public Segment put_segment
+    cdef public long long put_offset
 
     cpdef bint available(self) except -1
 
     @cython.locals(size=Py_ssize_t, length=Py_ssize_t, offset=cython.longlong,
                    header=bytes, segments=list, seg=Segment, batch=Batch, buf=list)
-    cpdef tuple put(self, object add_time, object data, object expire_time=*, object error_count=*)
+    cpdef Batch put(self, object add_time, object data, object expire_time=*, object error_count=*)
 
     cpdef join(self, ProgressLog progress)
     @cython.locals(tick=Tick)

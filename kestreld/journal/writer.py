@@ -72,6 +72,9 @@ class WriterJournal(Flushing):
         "reader",
         "_progress",
         "sync",
+        "put_id",
+        "put_segment",
+        "put_offset",
     )
 
     def __init__(
@@ -109,6 +112,10 @@ class WriterJournal(Flushing):
         self.tick = tick
         self.reader = SegmentReader()  # read-behind reads of every reader of the queue
         self._progress: list[ProgressLog] = []  # readers' progress logs with confirms this tick
+        #: The last put's id, segment and record offset (see :meth:`put`).
+        self.put_id = 0
+        self.put_segment: Segment | None = None
+        self.put_offset = 0
         self.sync = PeriodicSync(
             queue, folder, sync_journal, executor, self._acknowledge, lambda: self._fd
         )
@@ -256,10 +263,10 @@ class WriterJournal(Flushing):
         # No clock read per put unless a write ever failed.
         return not failed_until or monotonic() >= failed_until
 
-    def put(
-        self, add_time: int, data: bytes, expire_time: int = 0, error_count: int = 0
-    ) -> tuple[int, Segment, int, Batch]:
-        """Append a PUT; returns (id, segment, offset of the record, batch to wait on).
+    def put(self, add_time: int, data: bytes, expire_time: int = 0, error_count: int = 0) -> Batch:
+        """Append a PUT; returns the batch to wait on.  Its id, segment and the record's
+        offset are ``put_id``, ``put_segment`` and ``put_offset`` until the next put (C
+        fields when compiled: no tuple and no int objects per put).
 
         Raises JournalWriteError when the journal is refusing writes.
         """
@@ -295,7 +302,10 @@ class WriterJournal(Flushing):
         batch.end_offset = offset + length
         if not self._flush_scheduled:
             self._schedule_flush()
-        return id_, seg, offset, batch
+        self.put_id = id_
+        self.put_segment = seg
+        self.put_offset = offset
+        return batch
 
     def join(self, progress: ProgressLog) -> None:
         """A reader's confirms go out with this tick's write (and share its fsync)."""

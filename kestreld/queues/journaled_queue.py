@@ -255,7 +255,7 @@ class JournaledQueue:
                 stored_observer(self.name, 0.0, 1, len(data))
             return None
         try:
-            id_, seg, offset, batch = journal.put(now, data, expire_time, error_count)
+            batch = journal.put(now, data, expire_time, error_count)
         except BaseException:
             if skipping is not None:
                 for reader in skipping:
@@ -270,7 +270,13 @@ class JournaledQueue:
             batch.add_done_callback(self._acknowledged_bound)
         else:
             pending = self._pending
-        put = [QueueItem(id_, now, expire_time, error_count, data), seg, offset, skipping]
+        id_ = journal.put_id
+        put = [
+            QueueItem(id_, now, expire_time, error_count, data),
+            journal.put_segment,
+            journal.put_offset,
+            skipping,
+        ]
         if expire_time and expire_time <= now:
             # Expired on arrival: every reader expires it once acknowledged, and that
             # is journaled now, with the put (a kill -9 after STORED must not revive it).
