@@ -12,6 +12,8 @@ from kestreld.session.reply cimport PendingReply
 from kestreld.journal.tick cimport Tick
 from kestreld.session.session cimport Session
 from kestreld.session.traffic cimport Traffic
+from kestreld.protocol.csocket cimport msghdr
+from posix.uio cimport iovec
 
 # The output limits and the verdicts, outcomes and reply kind it imports are C globals,
 # compared with C ints on every request (no Python module imports them from here;
@@ -76,5 +78,8 @@ cdef class Connection(Sink):
     cpdef flush_out(self)
     @cython.locals(size=Py_ssize_t, n=Py_ssize_t)
     cpdef send(self, bytes data)
+    @cython.locals(count=Py_ssize_t, total=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, part=bytes,
+                   data=bytes)
+    cpdef send_parts(self, list parts)
     cpdef close(self)
     cpdef _drain(self)
