@@ -20,6 +20,8 @@ cdef class JournaledQueue:
     cdef public object executor
     cdef public WriterJournal journal
     cdef public dict readers
+    cdef public tuple reader_list
+    cdef public Reader default_reader
     cdef public double created_at
     cdef public long long _next_id
     cdef public Batch _pending_batch
@@ -37,11 +39,11 @@ cdef class JournaledQueue:
     @cython.locals(reader=Reader)
     cpdef Reader reader(self, str rname, bint create)
 
-    @cython.locals(readers=dict, default=Reader, reader=Reader, journal=WriterJournal,
+    @cython.locals(readers=tuple, default=Reader, reader=Reader, journal=WriterJournal,
                    batch=Batch, item=QueueItem, pending=list, p_items=cython.longlong,
                    p_bytes=cython.longlong, put=list, size=Py_ssize_t)
     cpdef put(self, object data, object expire_time, object now, object error_count=*)
 
     @cython.locals(nbytes=Py_ssize_t, puts=list, put=list, item=QueueItem, reader=Reader,
-                   seg=Segment)
+                   seg=Segment, readers=tuple)
     cpdef _acknowledged(self, Batch batch)

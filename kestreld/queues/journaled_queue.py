@@ -61,6 +61,8 @@ class JournaledQueue:
         "executor",
         "journal",
         "readers",
+        "reader_list",
+        "default_reader",
         "created_at",
         "_next_id",
         "_pending_batch",
@@ -103,6 +105,10 @@ class JournaledQueue:
                 tick=tick,
             )
         self.readers: dict[str, Reader] = {}
+        #: The readers in the dict's order, and the queue's own (""), kept in step with
+        #: ``readers`` by the two verbs that change it: every put walks them.
+        self.reader_list: tuple[Reader, ...] = ()
+        self.default_reader: Reader | None = None
         self.created_at = monotonic()
         self._next_id = 1  # ids of journal-less queues
         # Puts of the batch not yet acknowledged (see put()).
@@ -173,7 +179,12 @@ class JournaledQueue:
         cfg = self.server_config.queue(self.name if not rname else f"{self.name}+{rname}")
         reader = Reader(self.name, rname, cfg, self.folder, self.journal)
         self.readers[rname] = reader
+        self._readers_changed()
         return reader
+
+    def _readers_changed(self) -> None:
+        self.reader_list = tuple(self.readers.values())
+        self.default_reader = self.readers.get("")
 
     # --- readers ------------------------------------------------------------------------
 
@@ -191,6 +202,7 @@ class JournaledQueue:
         reader = self.readers.pop(rname, None)
         if reader is None:
             return False
+        self._readers_changed()
         reader.erase()
         return True
 
@@ -216,14 +228,14 @@ class JournaledQueue:
             limit = now + max_age
             if not expire_time or expire_time > limit:
                 expire_time = limit
-        readers = self.readers
+        readers = self.reader_list
         p_items = self.pending_items
         p_bytes = self.pending_bytes
         # Kestrel 2.x: a fanout reader is its own queue.  The queue itself (the
         # default reader) refuses a put when full; a full fanout reader never
         # blocks the queue and its other readers: it discards its oldest item
         # (discard_old_when_full) or drops the new one for itself.
-        default = readers.get("")
+        default = self.default_reader
         if (
             default is not None
             and not default.cfg_discard_old
@@ -232,7 +244,7 @@ class JournaledQueue:
             raise QueueFull(default.full_name)
         skipping: set[Reader] | None = None
         size = len(data)
-        for reader in readers.values():
+        for reader in readers:
             if reader.cfg_discard_old:
                 reader.make_room(now, p_items, p_bytes)
                 if p_items and reader.is_full(p_items, p_bytes):
@@ -246,7 +258,7 @@ class JournaledQueue:
         if journal is None:
             item = QueueItem(self._next_id, now, expire_time, error_count, data)
             self._next_id += 1
-            for reader in readers.values():
+            for reader in readers:
                 if skipping is not None and reader in skipping:
                     reader.drop(item.id, size)
                 else:
@@ -280,7 +292,7 @@ class JournaledQueue:
         if expire_time and expire_time <= now:
             # Expired on arrival: every reader expires it once acknowledged, and that
             # is journaled now, with the put (a kill -9 after STORED must not revive it).
-            for reader in readers.values():
+            for reader in readers:
                 reader.journal_drop(id_)
         elif skipping is not None:
             for reader in skipping:
@@ -337,7 +349,7 @@ class JournaledQueue:
         if self.deleted:
             return
         if batch.error is not None:
-            readers = list(self.readers.values())
+            readers = self.reader_list
             # Refused with SERVER_ERROR: never delivered; the ids are spent.
             for put in puts:
                 item = put[0]
@@ -350,13 +362,13 @@ class JournaledQueue:
         if stored_observer is not None:
             stored_observer(self.name, monotonic() - batch.started, len(puts), nbytes)
         now = now_ms()
-        readers = self.readers  # an offer never adds or removes a reader
+        readers = self.reader_list  # an offer never adds or removes a reader
         for put in puts:
             item = put[0]
             seg = put[1]
             offset = put[2]
             skipping = put[3]
-            for reader in readers.values():
+            for reader in readers:
                 if skipping is not None and reader in skipping:
                     reader.drop(item.id, len(item.data))  # full, or discarded on the way in
                 else:
