@@ -13,7 +13,8 @@ cdef Py_ssize_t LENGTH_LIMIT, ACCUMULATE_THRESHOLD
 @cython.locals(start=cython.p_char, found=cython.p_char)
 cdef inline Py_ssize_t _find_newline(bytes data, Py_ssize_t pos, Py_ssize_t end)
 
-@cython.locals(words=list, chars=cython.p_uchar, i=Py_ssize_t, j=Py_ssize_t)
+@cython.locals(words=list, chars=cython.p_uchar, i=Py_ssize_t, j=Py_ssize_t, count=Py_ssize_t,
+               n=Py_ssize_t, word=bytes)
 cpdef list _split_words(bytes data, Py_ssize_t pos, Py_ssize_t stop)
 
 cdef inline bint _is_space(unsigned char c) noexcept

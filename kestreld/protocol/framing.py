@@ -35,6 +35,8 @@ from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO
 try:
     import cython
     from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
+    from cython.cimports.cpython.list import PyList_New, PyList_SET_ITEM
+    from cython.cimports.cpython.ref import Py_INCREF
     from cython.cimports.libc.string import memchr
 
     COMPILED = cython.compiled
@@ -163,8 +165,11 @@ class Framing:
 
     def mid_request(self) -> bool:
         """True when part of a request has arrived (its line or its data block)."""
-        return bool(self.buf) or self.skip > 0 or self.chunks is not None or (
-            self.block_command is not None
+        return (
+            bool(self.buf)
+            or self.skip > 0
+            or self.chunks is not None
+            or (self.block_command is not None)
         )
 
     def keep(self, data: bytes) -> None:
@@ -350,19 +355,29 @@ def _split_words(data: bytes, pos: int, stop: int) -> list[bytes]:
     plain build's parse calls ``bytes.split`` itself)."""
     if not COMPILED:
         return data[pos:stop].split()
-    words: list[bytes] = []
     chars = cython.cast(cython.p_uchar, cython.cast(cython.p_char, data))
+    # Count first, then fill a list of that size: no list growth per word.
+    count = 0
     i = pos
-    while True:
-        while i < stop and _is_space(chars[i]):
+    while i < stop:
+        if not _is_space(chars[i]) and (i == pos or _is_space(chars[i - 1])):
+            count += 1
+        i += 1
+    words = PyList_New(count)
+    n = 0
+    i = pos
+    while n < count:
+        while _is_space(chars[i]):
             i += 1
-        if i >= stop:
-            return words
         j = i + 1
         while j < stop and not _is_space(chars[j]):
             j += 1
-        words.append(PyBytes_FromStringAndSize(cython.cast(cython.p_char, chars + i), j - i))
+        word = PyBytes_FromStringAndSize(cython.cast(cython.p_char, chars + i), j - i)
+        Py_INCREF(word)  # PyList_SET_ITEM takes the reference
+        PyList_SET_ITEM(words, n, word)
+        n += 1
         i = j
+    return words
 
 
 def _is_space(c: int) -> bool:
