@@ -263,6 +263,9 @@ FIELD_WRITES_ALLOWED = {
     ("kestreld/protocol/thrift.py", "f"),
     # OpenIds' own private record of one held read (_Held), changed only by OpenIds.
     ("kestreld/session/open_ids.py", "held"),
+    # C structs the compiled connection fills for sendmsg(2) (Connection.send_parts).
+    ("kestreld/protocol/connection.py", "msg"),
+    ("kestreld/protocol/connection.py", "vec"),
 }
 
 

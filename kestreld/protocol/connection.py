@@ -553,8 +553,9 @@ class Connection(Sink):
                 total = 0
                 for i in range(count):
                     part = parts[i]
-                    iov[i].iov_base = cython.cast(cython.p_char, part)
-                    iov[i].iov_len = len(part)
+                    vec = iov + i
+                    vec.iov_base = cython.cast(cython.p_char, part)
+                    vec.iov_len = len(part)
                     total += len(part)
                 msg = cython.declare(msghdr)
                 memset(cython.address(msg), 0, cython.sizeof(msghdr))
