@@ -53,6 +53,7 @@ cdef class Connection(Sink):
     cdef public object write_out
     cdef public int fd
     cdef public bint spilled
+    cdef public object transport_closing
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1

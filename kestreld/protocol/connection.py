@@ -130,6 +130,7 @@ class Connection(Sink):
         "write_out",
         "fd",
         "spilled",
+        "transport_closing",
     )
 
     def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
@@ -145,6 +146,9 @@ class Connection(Sink):
         self.fd = -1
         #: Bytes were handed to the transport, which may still hold some of them.
         self.spilled = False
+        #: The transport's is_closing, bound once: a closing transport's descriptor may be
+        #: closed already (and its number reused), so nothing is sent to it directly.
+        self.transport_closing: Callable[[], bool] | None = None
         #: The server's open connections (the same set): one alone answers in its own read.
         self.peers: set[Any] = server.connections
         self.peer = None
@@ -178,6 +182,7 @@ class Connection(Sink):
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 self.fd = sock.fileno()
+                self.transport_closing = transport.is_closing
         server = self.server
         if len(server.connections) >= server.config.max_connections:
             log.warning("connection_refused", peer=self.peer, reason="too many connections")
@@ -557,7 +562,7 @@ class Connection(Sink):
         if COMPILED and self.fd >= 0 and len(parts) > 1:
             if self.spilled and not self.transport.get_write_buffer_size():
                 self.spilled = False
-            if not self.spilled:
+            if not self.spilled and not self.transport_closing():
                 count = len(parts)
                 iov = cython.cast(cython.pointer(iovec), PyMem_Malloc(count * cython.sizeof(iovec)))
                 if not iov:
@@ -603,13 +608,16 @@ class Connection(Sink):
         (a full send buffer, an error) goes to the transport, which buffers it,
         pauses this connection past its high-water mark, and reports an error
         through ``connection_lost``; from then on replies go through the
-        transport until it has written everything it holds.  A TLS transport
+        transport until it has written everything it holds.  Nothing is sent
+        directly once the transport is closing: uvloop closes the descriptor at
+        once on a fatal error, before ``connection_lost`` reaches us, and its
+        number may already belong to another socket or file.  A TLS transport
         (kestreld/security) never qualifies: its socket carries records, not replies.
         """
         if COMPILED and self.fd >= 0:
             if self.spilled and not self.transport.get_write_buffer_size():
                 self.spilled = False
-            if not self.spilled:
+            if not self.spilled and not self.transport_closing():
                 size = len(data)
                 while True:
                     n = c_send(
