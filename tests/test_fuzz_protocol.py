@@ -43,7 +43,7 @@ LEGAL_FILE = re.compile(r"[!-*,\-0-9:-}]{1,200}\.(\d+|read\.([!-*,\-0-9:-}]{1,20
 REPLY_LINE = re.compile(
     rb"(END|STORED|NOT_STORED|DELETED|ERROR|CLIENT_ERROR .*|SERVER_ERROR .*|STAT \S+ .*|"
     rb"VERSION \S+|Flushed all queues\.|Reloaded config\.|\d+|UP|READONLY|QUIESCENT|"
-    rb"queue '[^']*' \{|  \S+=.*|\})"
+    rb"queue '.*' \{|  \S+=.*|\})"
 )
 
 
