@@ -82,5 +82,6 @@ cdef class Connection(Sink):
     @cython.locals(count=Py_ssize_t, total=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, part=bytes,
                    data=bytes)
     cpdef send_parts(self, list parts)
+    cpdef bint sends_directly(self) except -1
     cpdef close(self)
     cpdef _drain(self)

@@ -559,44 +559,52 @@ class Connection(Sink):
         """Send ``parts`` (reply bytes, in order) as one write: compiled, on a socket it may
         send to itself (see :meth:`send`), one ``sendmsg(2)`` of the parts as they are
         (no joined copy of an item); else joined once."""
-        if COMPILED and self.fd >= 0 and len(parts) > 1:
-            if self.spilled and not self.transport.get_write_buffer_size():
-                self.spilled = False
-            if not self.spilled and not self.transport_closing():
-                count = len(parts)
-                iov = cython.cast(cython.pointer(iovec), PyMem_Malloc(count * cython.sizeof(iovec)))
-                if not iov:
-                    raise MemoryError()
-                total = 0
-                for i in range(count):
-                    part = parts[i]
-                    vec = iov + i
-                    vec.iov_base = cython.cast(cython.p_char, part)
-                    vec.iov_len = len(part)
-                    total += len(part)
-                msg = cython.declare(msghdr)
-                memset(cython.address(msg), 0, cython.sizeof(msghdr))
-                msg.msg_iov = iov
-                msg.msg_iovlen = count
-                while True:
-                    n = c_sendmsg(self.fd, cython.address(msg), MSG_DONTWAIT | MSG_NOSIGNAL)
-                    if n >= 0 or errno != EINTR:
-                        break
-                PyMem_Free(iov)
-                self.traffic.bytes_written += total
-                if n == total:
-                    return
-                if n < 0:
-                    if errno != EAGAIN:  # EWOULDBLOCK is EAGAIN on Linux
-                        log.debug("send_failed", peer=self.peer, error=os.strerror(errno))
-                    n = 0
-                self.spilled = True
-                self.write_out(b"".join(parts)[n:])  # type: ignore[misc]
+        if COMPILED and len(parts) > 1 and self.sends_directly():
+            count = len(parts)
+            iov = cython.cast(cython.pointer(iovec), PyMem_Malloc(count * cython.sizeof(iovec)))
+            if not iov:
+                raise MemoryError()
+            total = 0
+            for i in range(count):
+                part = parts[i]
+                vec = iov + i
+                vec.iov_base = cython.cast(cython.p_char, part)
+                vec.iov_len = len(part)
+                total += len(part)
+            msg = cython.declare(msghdr)
+            memset(cython.address(msg), 0, cython.sizeof(msghdr))
+            msg.msg_iov = iov
+            msg.msg_iovlen = count
+            while True:
+                n = c_sendmsg(self.fd, cython.address(msg), MSG_DONTWAIT | MSG_NOSIGNAL)
+                if n >= 0 or errno != EINTR:
+                    break
+            PyMem_Free(iov)
+            self.traffic.bytes_written += total
+            if n == total:
                 return
+            if n < 0:
+                if errno != EAGAIN:  # EWOULDBLOCK is EAGAIN on Linux
+                    log.debug("send_failed", peer=self.peer, error=os.strerror(errno))
+                n = 0
+            self.spilled = True
+            self.write_out(b"".join(parts)[n:])  # type: ignore[misc]
+            return
         data = b"".join(parts)
         if data:
             self.traffic.bytes_written += len(data)
             self.send(data)
+
+    def sends_directly(self) -> bool:
+        """Replies may go to the socket now, not through the transport (see :meth:`send`):
+        compiled, a plain uvloop socket, the transport not closing and holding nothing."""
+        if self.fd < 0:
+            return False
+        if self.spilled:
+            if self.transport.get_write_buffer_size():
+                return False
+            self.spilled = False
+        return not self.transport_closing()
 
     def send(self, data: bytes) -> None:
         """Hand reply bytes to the client, in order.
@@ -614,24 +622,21 @@ class Connection(Sink):
         number may already belong to another socket or file.  A TLS transport
         (kestreld/security) never qualifies: its socket carries records, not replies.
         """
-        if COMPILED and self.fd >= 0:
-            if self.spilled and not self.transport.get_write_buffer_size():
-                self.spilled = False
-            if not self.spilled and not self.transport_closing():
-                size = len(data)
-                while True:
-                    n = c_send(
-                        self.fd, cython.cast(cython.p_char, data), size, MSG_DONTWAIT | MSG_NOSIGNAL
-                    )
-                    if n >= 0 or errno != EINTR:
-                        break
-                if n == size:
-                    return
-                if n > 0:
-                    data = data[n:]
-                elif errno != EAGAIN:  # EWOULDBLOCK is EAGAIN on Linux
-                    log.debug("send_failed", peer=self.peer, error=os.strerror(errno))
-                self.spilled = True
+        if COMPILED and self.sends_directly():
+            size = len(data)
+            while True:
+                n = c_send(
+                    self.fd, cython.cast(cython.p_char, data), size, MSG_DONTWAIT | MSG_NOSIGNAL
+                )
+                if n >= 0 or errno != EINTR:
+                    break
+            if n == size:
+                return
+            if n > 0:
+                data = data[n:]
+            elif errno != EAGAIN:  # EWOULDBLOCK is EAGAIN on Linux
+                log.debug("send_failed", peer=self.peer, error=os.strerror(errno))
+            self.spilled = True
         self.write_out(data)  # type: ignore[misc]
 
     def _held_size(self) -> int:
