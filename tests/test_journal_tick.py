@@ -102,3 +102,71 @@ async def test_a_failing_flush_leaves_the_writers_after_it_for_the_next_turn():
     assert log == ["a"] and tick.held == 0 and tick.scheduled
     await _turn()
     assert log == ["a", "c"] and tick.writers == [] and not tick.scheduled
+
+
+class Serving(Flushing):
+    """A flush whose acknowledgement serves a waiting consumer: what that sets off is asked
+    for with soon() and must not run inside the flush."""
+
+    def __init__(self, log: list[str], tick: Tick) -> None:
+        self.log = log
+        self.tick = tick
+
+    def flush(self) -> None:
+        self.log.append("flush")
+        self.tick.soon(lambda: self.log.append("served"))
+        self.log.append("flushed")
+
+
+async def test_what_a_flush_sets_off_runs_after_it_in_the_same_pass():
+    tick, log = Tick(), []
+    tick.hold()
+    tick.add(Serving(log, tick))
+    tick.release(True)
+    assert log == ["flush", "flushed", "served"]  # no loop turn in between
+    assert tick.after == [] and not tick.scheduled and tick.held == 0
+
+
+async def test_what_runs_after_may_write_again_in_the_same_pass():
+    tick, log = Tick(), []
+
+    def consumer_runs_its_next_request() -> None:
+        log.append("served")
+        tick.hold()  # the consumer's connection runs what it had buffered
+        tick.add(Writer("confirm", log, tick))
+        tick.release(True)  # nested: the outer pass writes it
+
+    tick.hold()
+    tick.add(Writer("put", log, tick))
+    tick.soon(consumer_runs_its_next_request)
+    tick.release(True)
+    assert log == ["put", "served", "confirm"] and tick.writers == [] and tick.after == []
+
+
+async def test_soon_outside_a_batch_runs_on_the_next_turn():
+    tick, log = Tick(), []
+    tick.soon(lambda: log.append("x"))
+    assert log == [] and tick.scheduled
+    await _turn()
+    assert log == ["x"] and not tick.scheduled
+
+
+async def test_soon_waits_for_a_flush_deferred_to_the_next_turn():
+    tick, log = Tick(), []
+    tick.hold()
+    tick.add(Writer("a", log, tick))
+    tick.soon(lambda: log.append("after"))
+    tick.release(False)  # others may join: the write, and what follows it, on the next turn
+    assert log == [] and tick.scheduled
+    await _turn()
+    assert log == ["a", "after"]
+
+
+def test_soon_without_a_running_loop_is_refused():
+    tick = Tick()
+    try:
+        tick.soon(lambda: None)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("nothing would ever run it")

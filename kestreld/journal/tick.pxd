@@ -10,6 +10,7 @@ cdef class Flushing:
 cdef class Tick:
     cdef public list writers
     cdef public list _spare
+    cdef public list after
     cdef public bint scheduled
     cdef public int held
     cdef public Py_ssize_t waiting
@@ -17,10 +18,13 @@ cdef class Tick:
     cdef public object _turn_bound
 
     cpdef bint add(self, Flushing writer) except -1
+    cpdef soon(self, object fn)
     cpdef wait_began(self)
     cpdef wait_ended(self)
     cpdef hold(self)
     @cython.locals(writers=list, writer=Flushing, done=Py_ssize_t)
     cpdef release(self, bint now)
+    @cython.locals(after=list, done=Py_ssize_t)
+    cpdef _run_after(self)
     cpdef bint _schedule(self) except -1
     cpdef _turn(self)

@@ -16,6 +16,12 @@ Clients waiting for an item (a get with a timeout) send nothing that could join,
 front ends count them (:meth:`wait_began`, :meth:`wait_ended`): a producer whose only peers
 are waiting consumers is a lone client too.
 The order is the same either way: each writer writes, then acknowledges, then replies go.
+
+What an acknowledgement sets off for another client (an item handed to a consumer waiting
+in a get) must not run inside the acknowledgement: it is asked for with :meth:`soon`, and
+runs when the batch or flush running now is over, in the same turn of the loop (no
+callback of its own, no extra poll of the loop), or on the loop's next turn when nothing
+runs.
 """
 
 from __future__ import annotations
@@ -37,11 +43,21 @@ class Flushing:
 class Tick:
     """The writer journals of one server with a flush due (one writer: the event loop)."""
 
-    __slots__ = ("writers", "_spare", "scheduled", "held", "waiting", "_call_soon", "_turn_bound")
+    __slots__ = (
+        "writers",
+        "_spare",
+        "after",
+        "scheduled",
+        "held",
+        "waiting",
+        "_call_soon",
+        "_turn_bound",
+    )
 
     def __init__(self) -> None:
         self.writers: list[Flushing] = []  # writers with a flush due, in the order they asked
         self._spare: list[Flushing] = []  # the list a flush pass collects joiners in
+        self.after: list[Any] = []  # what runs once the batch or flush running now is over
         self.scheduled = False  # a loop callback is pending
         self.held = 0  # front ends running a batch of requests (flush when they release)
         self.waiting = 0  # clients waiting for an item: none of their requests can join
@@ -56,6 +72,13 @@ class Tick:
             return True
         self.writers.pop()
         return False
+
+    def soon(self, fn: Any) -> None:
+        """Run ``fn()`` once the batch or flush running now is over (after its writes and
+        acknowledgements), or on the loop's next turn when none runs."""
+        if not (self.held or self.scheduled or self._schedule()):
+            raise RuntimeError("no running event loop")
+        self.after.append(fn)  # the batch's release, or the scheduled turn, runs it
 
     def wait_began(self) -> None:
         """A client waits for an item: nothing it sends is run until the wait ends."""
@@ -75,14 +98,18 @@ class Tick:
         A flush writes every writer that joined, in order; writers joining meanwhile (a
         reply that let a connection run its next requests) go in the same pass."""
         self.held -= 1
-        if self.held or not self.writers:
+        if self.held or not (self.writers or self.after):
             return
-        if not now and (self.scheduled or self._schedule()):
-            return
+        if self.writers and not now and (self.scheduled or self._schedule()):
+            return  # what waits in after runs on that turn too, after the writes
         self.held += 1
         try:
             writers = self.writers
-            while writers:
+            while writers or self.after:
+                if not writers:
+                    self._run_after()
+                    writers = self.writers
+                    continue
                 # Writers joining during this pass go to the other list (two lists in
                 # turn: no new list per flush).
                 self.writers = self._spare
@@ -104,6 +131,20 @@ class Tick:
                 writers = self.writers
         finally:
             self.held -= 1
+
+    def _run_after(self) -> None:
+        """Run what :meth:`soon` deferred (what runs may defer more: it runs in this pass)."""
+        after, self.after = self.after, []
+        done = 0
+        try:
+            for fn in after:
+                done += 1
+                fn()
+        except BaseException:
+            self.after = after[done:] + self.after  # the rest on the next turn
+            if not self.scheduled:
+                self._schedule()
+            raise
 
     def _schedule(self) -> bool:
         call_soon = self._call_soon

@@ -2,6 +2,8 @@
 
 cimport cython
 
+from kestreld.journal.tick cimport Tick
+
 
 cdef int PENDING, SERVED, CANCELLED
 
@@ -9,6 +11,7 @@ cdef int PENDING, SERVED, CANCELLED
 cdef class Waiter:
     cdef public object callback
     cdef public object loop
+    cdef public Tick tick
     cdef public int state
     cdef public object item
 
@@ -45,7 +48,7 @@ cdef class BlockingQueue:
     cpdef wait(self, object loop, object timeout)
     cpdef enter(self, Waiter waiter, object timeout)
     cpdef _bind(self, object loop)
-    @cython.locals(served=list)
+    @cython.locals(served=list, tick=Tick)
     cpdef _end(self, Waiter waiter, object item)
     cpdef _resolve(self, object fut, object item)
     @cython.locals(served=list, waiter=Waiter)

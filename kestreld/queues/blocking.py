@@ -10,8 +10,10 @@ on the event loop thread: no locks are needed.
 
 A waiting get is a :class:`Waiter`, the part of a future it needs without asyncio's
 machinery (a monitor, which awaits, still waits with a future).  Waiters whose waits ended
-in one turn of the loop (served, timed out) run on the next turn, as a future's callbacks
-would, but all of one line's together, from one callback.
+together (served, timed out) run later, all of one line's together, from one callback: on
+the loop's next turn, as a future's callbacks would, or, for a waiter given the server's
+:class:`~kestreld.journal.tick.Tick`, once the batch or flush that served it is over (the
+same turn: no extra poll of the loop between a set and the get it serves).
 
 Timed waits share one timer per queue, armed for the earliest deadline (a
 ``/t=`` get that is served leaves the line of deadlines with the hand-off, as
@@ -45,14 +47,16 @@ CANCELLED = 2
 
 
 class Waiter:
-    """One consumer's place in a line: ``callback(waiter)`` runs once, on a later turn of
-    the loop, when the wait ends: served (``item``; None at its timeout) or cancelled."""
+    """One consumer's place in a line: ``callback(waiter)`` runs once, after the wait ends
+    (served with ``item``, None at its timeout, or cancelled), never inside what ended it."""
 
-    __slots__ = ("callback", "loop", "state", "item")
+    __slots__ = ("callback", "loop", "tick", "state", "item")
 
-    def __init__(self, callback: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, callback: Any, loop: asyncio.AbstractEventLoop, tick: Any = None) -> None:
         self.callback = callback
         self.loop = loop
+        #: The server's Tick: a served wait's callback runs when its batch or flush is over.
+        self.tick = tick
         self.state = PENDING
         self.item: T | None = None
 
@@ -194,13 +198,18 @@ class BlockingQueue:
         self.served = []  # any left belong to a loop that stopped: they can never run
 
     def _end(self, waiter: Waiter, item: T | None) -> None:
-        """``waiter``'s wait ends with ``item``: its callback runs on the loop's next turn,
-        with those of every other wait of this line ending in this turn."""
+        """``waiter``'s wait ends with ``item``: its callback runs with those of every other
+        wait of this line ending meanwhile, once the tick's batch or flush is over (or on the
+        loop's next turn)."""
         waiter.serve(item)
         served = self.served
         served.append(waiter)
         if len(served) == 1:
-            self.loop.call_soon(self._run_served)  # type: ignore[union-attr]
+            tick = waiter.tick
+            if tick is not None:
+                tick.soon(self._run_served)
+            else:
+                self.loop.call_soon(self._run_served)  # type: ignore[union-attr]
 
     def _resolve(self, fut: Any, item: T | None) -> None:
         """End a live wait of the line, a get's waiter or a monitor's future (the cold paths:

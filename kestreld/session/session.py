@@ -385,7 +385,7 @@ class Session:
             traffic.get_misses += 1
             f.outcome = MISS
             return MISS
-        waiter = Waiter(self._wait_done_bound, server.loop)
+        waiter = Waiter(self._wait_done_bound, server.loop, self.tick)
         reader.enter(waiter, f.timeout / 1000)
         self.waiting = waiter
         self.tick.wait_began()  # ended in _wait_done, which every end of the wait runs
@@ -426,8 +426,8 @@ class Session:
         f.reply = reply
 
     def _wait_done(self, waiter: Waiter) -> None:
-        """A wait ended (on the loop's turn after it did): with an item, or None at its
-        timeout (or when ended early)."""
+        """A wait ended (run after what ended it: the flush that served it, or on the loop's
+        next turn): with an item, or None at its timeout (or when ended early)."""
         f = self.wait_fetch
         self.wait_fetch = None
         self.waiting = None
