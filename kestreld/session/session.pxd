@@ -30,7 +30,7 @@ cdef class Session:
     cdef public object listener
     cdef public object ready
     cdef public dict open_reads
-    cdef public object spare_reads
+    cdef public list spare_reads
     cdef object _wait_done_bound
     cdef public object waiting
     cdef public object wait_fetch
@@ -50,9 +50,11 @@ cdef class Session:
     cpdef bint puts_pending(self) except -1
 
     @cython.locals(fetch=bint, refused=bint, reader=Reader, item=QueueItem, gate=Gate,
-                   traffic=Traffic, waiter=Waiter)
+                   traffic=Traffic, waiter=Waiter, reads=list, read=OpenRead,
+                   now=cython.longlong)
     cpdef int fetch(self, Fetch f, bint single) except -1
-    @cython.locals(ticket=Batch, reply=PendingReply, behind=PendingReply)
+    cpdef _forget_empty(self, Reader reader, list reads)
+    @cython.locals(ticket=Batch, reply=PendingReply, behind=PendingReply, reads=list)
     cpdef _hand_out(self, Reader reader, Fetch f, QueueItem item)
     @cython.locals(f=Fetch, behind=PendingReply)
     cpdef _wait_done(self, Waiter waiter)

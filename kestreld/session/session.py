@@ -44,7 +44,6 @@ ends decide which of their requests need which role (``read``: fetches;
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -116,10 +115,10 @@ class Session:
         #: ``listener.replies_ready(ticket)``, bound once: the callback of every ticket.
         self.ready = listener.replies_ready
         #: Reads this session opened, oldest first per reader.
-        self.open_reads: dict[Reader, deque[OpenRead]] = {}
+        self.open_reads: dict[Reader, list[OpenRead]] = {}
         #: An emptied line of open reads, kept for the next one opened (a /close/open
         #: empties its line and fills it again).
-        self.spare_reads: deque[OpenRead] | None = None
+        self.spare_reads: list[OpenRead] | None = None
         #: The wait in progress (a get's Waiter, a monitor's or a password check's task).
         self.waiting: Waiter | asyncio.Task | None = None
         self.wait_fetch: Fetch | None = None
@@ -351,13 +350,19 @@ class Session:
             return MISS
         reads = self.open_reads.get(reader)
         if f.abort and reads:
-            reader.abort([reads.popleft()])
+            read = reads[0]
+            del reads[0]  # not pop(0): compiled, that is a method call on a short list
+            reader.abort([read])
         if f.close and reads:
-            f.reply = self._confirm_one(reader, reads.popleft())
-        if reads is not None and not reads:
+            read = reads[0]
+            del reads[0]
+            f.reply = self._confirm_one(reader, read)
+        if reads is not None and not reads and (refused or f.peek or not f.open):
             del self.open_reads[reader]
             self.spare_reads = reads  # emptied: the next read opened reuses it
             reads = None
+        # A /close/open that emptied its line keeps it in open_reads for the item it opens
+        # next (no delete and insert per loop); _forget_empty drops it if none comes.
         if refused:
             f.outcome = REFUSED
             return REFUSED
@@ -381,6 +386,8 @@ class Session:
             self._hand_out(reader, f, item)
             f.outcome = ITEM
             return ITEM
+        if reads is not None and not reads:
+            self._forget_empty(reader, reads)
         if not single or f.timeout <= 0 or self.no_wait:
             traffic.get_misses += 1
             f.outcome = MISS
@@ -396,6 +403,11 @@ class Session:
         f.outcome = WAIT
         return WAIT
 
+    def _forget_empty(self, reader: Reader, reads: list[OpenRead]) -> None:
+        """A line of open reads emptied by a /close leaves open_reads (kept for reuse)."""
+        del self.open_reads[reader]
+        self.spare_reads = reads
+
     def _hand_out(self, reader: Reader, f: Fetch, item: QueueItem) -> None:
         """``item`` goes to the client: opened (/open), looked at (/peek) or consumed."""
         f.item = item
@@ -409,7 +421,7 @@ class Session:
             if reads is None:
                 reads = self.spare_reads  # a /close/open's: the line its close emptied
                 if reads is None:
-                    reads = deque()
+                    reads = []
                 else:
                     self.spare_reads = None
                 self.open_reads[reader] = reads
@@ -513,7 +525,7 @@ class Session:
         read = f.reader.open(item, self)  # type: ignore[union-attr]
         reads = self.open_reads.get(f.reader)
         if reads is None:
-            reads = self.open_reads[f.reader] = deque()
+            reads = self.open_reads[f.reader] = []
         reads.append(read)
         self.listener.monitor_item(f)
 
@@ -543,7 +555,7 @@ class Session:
         reads = self.open_reads.get(reader) if reader is not None else None
         if not reads:
             raise NoOpenRead(name)
-        confirmed = [reads.popleft() for _ in range(min(count, len(reads)))]
+        confirmed = [reads.pop(0) for _ in range(min(count, len(reads)))]
         if not reads:
             del self.open_reads[reader]
         return self._confirm(reader, confirmed)  # type: ignore[arg-type]
@@ -557,7 +569,7 @@ class Session:
         reads = self.open_reads.get(reader) if reader is not None else None
         if not reads:
             raise NoOpenRead(name)
-        aborted = [reads.popleft() for _ in range(min(count, len(reads)))]
+        aborted = [reads.pop(0) for _ in range(min(count, len(reads)))]
         if not reads:
             del self.open_reads[reader]
         reader.abort(aborted)  # type: ignore[union-attr]
@@ -639,8 +651,8 @@ class Session:
                 continue
             reads = self.open_reads.get(reader)
             if reads is None:
-                reads = self.open_reads[reader] = deque()
-            reads.appendleft(read)
+                reads = self.open_reads[reader] = []
+            reads.insert(0, read)
         if reply.taken is not None:
             reader.return_items([reply.taken])
 
