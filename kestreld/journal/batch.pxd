@@ -11,6 +11,7 @@ cdef class Batch:
     cdef public bint done
     cdef public object error
     cdef public object first
+    cdef public object second
     cdef public list callbacks
     cdef public double started
     cdef public object end_segment
@@ -19,5 +20,5 @@ cdef class Batch:
 
     cpdef add_done_callback(self, object fn)
 
-    @cython.locals(callbacks=list, first=object)
+    @cython.locals(callbacks=list, first=object, second=object)
     cpdef resolve(self, object error=*)

@@ -23,6 +23,7 @@ class Batch:
         "done",
         "error",
         "first",
+        "second",
         "callbacks",
         "started",
         "end_segment",
@@ -36,9 +37,11 @@ class Batch:
         self.end_offset = 0
         self.done = False
         self.error: str | None = None
-        # The callbacks, in the order they were added: the first in a field of its own, the
-        # rest in a list made for the second (most batches have one or two: no list each).
+        # The callbacks, in the order they were added: the first two in fields of their own
+        # (a put's batch has the queue's and the session's), the rest in a list made for
+        # the third (most batches have one or two: no list each).
         self.first: Callable[[Batch], None] | None = None
+        self.second: Callable[[Batch], None] | None = None
         self.callbacks: list[Callable[[Batch], None]] | None = None
         self.payload: object = None  # what the batch's owner keeps with it (a queue: its puts)
 
@@ -47,6 +50,8 @@ class Batch:
             fn(self)
         elif self.first is None:
             self.first = fn
+        elif self.second is None:
+            self.second = fn
         elif self.callbacks is None:
             self.callbacks = [fn]
         else:
@@ -59,10 +64,13 @@ class Batch:
         self.error = error
         # Nothing is added once done (add_done_callback calls at once).
         first = self.first
+        second = self.second
         callbacks = self.callbacks
-        self.first = self.callbacks = None
+        self.first = self.second = self.callbacks = None
         if first is not None:
             first(self)
+        if second is not None:
+            second(self)
         if callbacks is not None:
             for fn in callbacks:
                 fn(self)
