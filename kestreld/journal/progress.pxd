@@ -29,4 +29,5 @@ cdef class ProgressLog:
     @cython.locals(ids=list, batch=Batch)
     cpdef Batch write(self)
     cpdef _resolved(self, Batch batch)
+    cpdef bint take_created(self)
 

@@ -76,15 +76,16 @@ cdef class Reader:
     cpdef make_room(self, object now, long long pending_items=*, long long pending_bytes=*)
 
     @cython.locals(memory=BlockingQueue, item=QueueItem, size=Py_ssize_t)
-    cpdef _pop(self, object now)
+    cpdef _pop(self, long long now)
     @cython.locals(item=QueueItem)
-    cpdef take(self, object now)
+    cpdef take(self, long long now)
     @cython.locals(item=QueueItem)
-    cpdef peek(self, object now)
+    cpdef peek(self, long long now)
     cpdef wait(self, object loop, object timeout)
     cpdef enter(self, Waiter waiter, object timeout)
     cpdef _removed(self, QueueItem item, object now)
-    cpdef _delivered(self, QueueItem item, object now)
+    @cython.locals(age=cython.longlong)
+    cpdef _delivered(self, QueueItem item, long long now)
     @cython.locals(size=Py_ssize_t)
     cpdef _put_back(self, QueueItem item)
 
@@ -99,5 +100,6 @@ cdef class Reader:
 
     @cython.locals(head=cython.longlong, done=set)
     cpdef commit(self, long long id_)
+    cpdef _progress_acked(self, list ids, Batch batch)
     cpdef _expired(self, QueueItem item)
     cpdef _forward_expired(self, QueueItem item)

@@ -576,9 +576,10 @@ class Reader:
         if id_ == head + 1:
             done = self.done
             head = id_
-            while head + 1 in done:
-                head += 1
-                done.discard(head)
+            if done:  # ids confirmed out of order wait above the head
+                while head + 1 in done:
+                    head += 1
+                    done.discard(head)
             self.head = head
         else:
             self.done.add(id_)
