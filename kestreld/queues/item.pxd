@@ -3,6 +3,9 @@
 # data is bytes (never a buffer that could hold a reference back): an item is not tracked by
 # the cycle collector, so a queue of a million items in memory costs a collection nothing.
 
+cimport cython
+
+
 cdef class QueueItem:
     cdef public long long id
     cdef public long long add_time
@@ -12,3 +15,8 @@ cdef class QueueItem:
 
     cpdef bint expired(self, long long now, object max_age) except -1
     cpdef QueueItem aborted(self)
+
+
+@cython.locals(item=QueueItem)
+cpdef QueueItem new_item(long long id_, long long add_time, long long expire_time,
+                         long long error_count, bytes data)

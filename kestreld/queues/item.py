@@ -33,3 +33,15 @@ class QueueItem:
 
     def __repr__(self) -> str:
         return f"QueueItem(id={self.id}, size={len(self.data)}, errors={self.error_count})"
+
+
+def new_item(id_: int, add_time: int, expire_time: int, error_count: int, data: bytes) -> QueueItem:
+    """A :class:`QueueItem` made as every put makes one: without the ``__init__`` call (a C
+    allocation and five field writes when compiled)."""
+    item = QueueItem.__new__(QueueItem)
+    item.id = id_
+    item.add_time = add_time
+    item.expire_time = expire_time
+    item.error_count = error_count
+    item.data = data
+    return item

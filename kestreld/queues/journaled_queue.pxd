@@ -8,7 +8,7 @@ from kestreld.journal.clock cimport monotonic, now_ms
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.segment cimport Segment
 from kestreld.journal.writer cimport WriterJournal
-from kestreld.queues.item cimport QueueItem
+from kestreld.queues.item cimport QueueItem, new_item
 from kestreld.queues.reader cimport Reader
 
 

@@ -21,7 +21,7 @@ from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import QueueFiles, unlink_quietly
 from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError, WriterJournal
-from kestreld.queues.item import QueueItem
+from kestreld.queues.item import QueueItem, new_item
 from kestreld.queues.reader import Compaction, Reader
 
 log = structlog.get_logger("kestreld.queues")
@@ -284,7 +284,7 @@ class JournaledQueue:
             pending = self._pending
         id_ = journal.put_id
         put = [
-            QueueItem(id_, now, expire_time, error_count, data),
+            new_item(id_, now, expire_time, error_count, data),
             journal.put_segment,
             journal.put_offset,
             skipping,
