@@ -358,8 +358,7 @@ class Session:
             del reads[0]
             f.reply = self._confirm_one(reader, read)
         if reads is not None and not reads and (refused or f.peek or not f.open):
-            del self.open_reads[reader]
-            self.spare_reads = reads  # emptied: the next read opened reuses it
+            self._forget_empty(reader, reads)
             reads = None
         # A /close/open that emptied its line keeps it in open_reads for the item it opens
         # next (no delete and insert per loop); _forget_empty drops it if none comes.
@@ -404,7 +403,8 @@ class Session:
         return WAIT
 
     def _forget_empty(self, reader: Reader, reads: list[OpenRead]) -> None:
-        """A line of open reads emptied by a /close leaves open_reads (kept for reuse)."""
+        """A line of open reads emptied by a /close leaves open_reads (the next read opened
+        reuses the list)."""
         del self.open_reads[reader]
         self.spare_reads = reads
 
