@@ -51,9 +51,10 @@ def test_workload_runs_and_delivers_every_item_once(workload, tmp_path):
 
 @pytest.mark.skipif(memcached_path() is None, reason="memcached is not installed")
 def test_memcached_side_and_ratios(tmp_path):
-    spec = Spec("put-many", size=1024, connections=100, items=2000, seconds=1.0)
+    # 20,000 items: memcached's CPU for 2,000 could read 0 clock ticks (10 ms each)
+    spec = Spec("put-many", size=1024, connections=100, items=20_000, seconds=1.0)
     rows = [measure(spec, s, workdir=str(tmp_path)) for s in ("kestreld", "memcached")]
-    assert all(r is not None and r.errors == 0 and r.units == 2000 for r in rows)
+    assert all(r is not None and r.errors == 0 and r.units == 20_000 for r in rows)
     table = compare_table(rows)  # type: ignore[arg-type]
     assert "x" in table.splitlines()[2]  # a kestreld/memcached ratio was computed
     set_target = evaluate(rows)[0]  # type: ignore[arg-type]
@@ -109,6 +110,12 @@ def test_issue_28s_targets_read_a_get_and_a_reliable_get_against_memcacheds_get(
     get, reliable = by["<= 1.1x memcached get"], by["<= 1.3x memcached get"]
     assert get.value == pytest.approx(6.5 / 6.0) and get.met
     assert reliable.value == pytest.approx(8.0 / 6.0) and reliable.met is False
+
+
+def test_a_server_cpu_that_read_zero_gives_no_ratio_and_no_error():
+    rows = [_row("set-1k-c100-d1", "kestreld", 6.5), _row("set-1k-c100-d1", "memcached", 0.0)]
+    set_target = evaluate(rows)[0]
+    assert set_target.value is None and set_target.figure == "-"
 
 
 def test_profile_summary_shares_of_self_and_total(tmp_path):

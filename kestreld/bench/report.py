@@ -307,7 +307,7 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
                 f"server CPU per {what}, 1 KiB, 100 conns",
                 f"{k.server_us:.1f} us vs memcached {m.server_us:.1f} us = "
                 f"{k.server_us / m.server_us:.2f}x"
-                if k and m
+                if k and m and m.server_us
                 else "-",
                 "<= 2x memcached",
                 k.server_us / m.server_us if k and m and m.server_us else None,
@@ -321,7 +321,7 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
             "open/close loop per item (set + get/close/open), 1 KiB, 50+50 conns",
             f"{k.server_us:.1f} us/item vs memcached get {mg.server_us:.1f} us = "
             f"{k.server_us / mg.server_us:.2f}x"
-            if k and mg
+            if k and mg and mg.server_us
             else "-",
             "<= 3x memcached get",
             k.server_us / mg.server_us if k and mg and mg.server_us else None,
@@ -334,7 +334,7 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
             Target(
                 f"p99 latency, {what} 1 KiB, 100 conns",
                 f"{k.p99_ms:.2f} ms vs memcached {m.p99_ms:.2f} ms = {k.p99_ms / m.p99_ms:.2f}x"
-                if k and m
+                if k and m and m.p99_ms
                 else "-",
                 "<= 2x memcached",
                 k.p99_ms / m.p99_ms if k and m and m.p99_ms else None,
@@ -363,7 +363,9 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
             Target(
                 f"server CPU per {what}, 1 KiB, 100 conns, against memcached's get",
                 f"{k.server_us:.1f} us vs memcached get {mg.server_us:.1f} us = "
-                f"{k.server_us / mg.server_us:.2f}x",
+                f"{k.server_us / mg.server_us:.2f}x"
+                if mg.server_us
+                else "-",
                 f"<= {bound}x memcached get",
                 k.server_us / mg.server_us if mg.server_us else None,
                 bound,
