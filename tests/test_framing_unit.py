@@ -258,3 +258,40 @@ def test_a_bad_get_key_is_answered_the_same_every_time_and_the_cache_stays_bound
         commands.parse_get(b"q%d/open" % i)
     assert len(commands._GET_CACHE) <= commands._GET_CACHE_LIMIT
     assert commands.parse_get(b"q7/open").name == "q7"
+
+
+def test_a_command_runs_its_handlers_through_its_own_methods():
+    """What the connection calls (compiled: through the vtable): a plain Command's methods
+    run the handlers in its fields; the table's get and set override them (commands.py)."""
+    calls = []
+    sink = Recorder()
+
+    def run(conn, args, *block):
+        calls.append(("run", conn, list(args), block))
+
+    def accept(conn, args, size):
+        calls.append(("accept", conn, size))
+        return size < 10
+
+    command = Command(b"put", run, shape=STORAGE, accept=accept)
+    assert command.accept_block(sink, [b"put", b"q"], 3) is True
+    assert command.accept_block(sink, [b"put", b"q"], 30) is False
+    command.run_block(sink, [b"put", b"q"], b"abc")
+    command.run_line(sink, [b"put"])
+    assert calls == [
+        ("accept", sink, 3),
+        ("accept", sink, 30),
+        ("run", sink, [b"put", b"q"], (b"abc",)),
+        ("run", sink, [b"put"], ()),
+    ]
+
+
+def test_the_tables_get_and_set_keep_their_handlers_in_their_fields():
+    from kestreld.protocol.auth import LOCKED
+    from kestreld.protocol.commands import COMMANDS, accept_set, cmd_get, cmd_set
+
+    # auth.py builds its tables from these fields (a plain Command each): they must stay
+    # the handlers the table's own methods call.
+    assert COMMANDS[b"get"].run is cmd_get and COMMANDS[b"gets"].run is cmd_get
+    assert COMMANDS[b"set"].run is cmd_set and COMMANDS[b"set"].accept is accept_set
+    assert type(LOCKED[b"get"]) is Command

@@ -11,6 +11,7 @@ import asyncio
 import pytest
 
 from kestreld.protocol.commands import COMMANDS
+from kestreld.protocol.framing import Command
 from kestreld.server import Server, build_server_config
 
 
@@ -48,7 +49,18 @@ async def test_a_handler_exception_is_server_error_and_the_connection_lives(serv
 
 
 async def test_a_failing_set_header_skips_its_block(served, monkeypatch):
-    monkeypatch.setattr(COMMANDS[b"set"], "accept", lambda conn, args, size: 1 / 0)
+    # The table's own set calls its handlers directly (compiled, a C call): a set whose
+    # accept fails is a plain Command put in its place.
+    good = COMMANDS[b"set"]
+    broken = Command(
+        b"set",
+        good.run,
+        shape=good.shape,
+        noreply_after=good.noreply_after,
+        accept=lambda conn, args, size: 1 / 0,
+        waits_for_sets=good.waits_for_sets,
+    )
+    monkeypatch.setitem(COMMANDS, b"set", broken)
     reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
     try:
         writer.write(b"set q 0 0 9\r\nflush_all\r\nversion\r\n")

@@ -7,6 +7,7 @@ cimport cython
 
 from kestreld.journal.clock cimport now_ms
 from kestreld.protocol.connection cimport Connection
+from kestreld.protocol.framing cimport Command
 from kestreld.session.fetch cimport Fetch
 
 # parse_get's last key and entry: C globals (no dict store per get).
@@ -30,3 +31,13 @@ cpdef cmd_set(Connection conn, list args, bytes data)
 
 @cython.locals(with_cas=bint, f=Fetch)
 cpdef cmd_get(Connection conn, list args)
+
+
+# get and set: their handlers called by the command's own cpdef methods (a C call per request).
+cdef class GetCommand(Command):
+    cpdef run_line(self, object conn, list args)
+
+
+cdef class SetCommand(Command):
+    cpdef bint accept_block(self, object conn, list args, Py_ssize_t size) except -1
+    cpdef run_block(self, object conn, list args, bytes data)

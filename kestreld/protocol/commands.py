@@ -471,6 +471,28 @@ def cmd_unknown(conn: MemcacheConnection, args: list[bytes]) -> None:
 # --- the table ----------------------------------------------------------------------------
 
 
+class GetCommand(Command):
+    """``get`` and ``gets``: the connection calls :func:`cmd_get` through the command's own
+    method (compiled: a C call, not a Python call of ``run`` per request)."""
+
+    __slots__ = ()
+
+    def run_line(self, conn: MemcacheConnection, args: list[bytes]) -> None:  # type: ignore[override]
+        cmd_get(conn, args)
+
+
+class SetCommand(Command):
+    """``set``: :func:`accept_set` and :func:`cmd_set` called the same way."""
+
+    __slots__ = ()
+
+    def accept_block(self, conn: MemcacheConnection, args: list[bytes], size: int) -> bool:  # type: ignore[override]
+        return accept_set(conn, args, size)
+
+    def run_block(self, conn: MemcacheConnection, args: list[bytes], data: bytes) -> None:  # type: ignore[override]
+        cmd_set(conn, args, data)
+
+
 def _storage(word: bytes, noreply_after: int) -> Command:
     return Command(
         word,
@@ -491,9 +513,9 @@ def _unsupported(word: bytes, noreply_after: int = 0) -> Command:
 COMMANDS: dict[bytes, Command] = {
     c.word: c
     for c in (
-        Command(b"get", cmd_get),
-        Command(b"gets", cmd_get),
-        Command(
+        GetCommand(b"get", cmd_get),
+        GetCommand(b"gets", cmd_get),
+        SetCommand(
             b"set",
             cmd_set,
             shape=STORAGE,

@@ -339,7 +339,10 @@ class Connection(Sink):
         out = self.out
         mark = len(out) if quiet else 0
         try:
-            command.run(self, args)
+            if COMPILED:
+                command.run_line(self, args)  # a C call (framing.py's Command)
+            else:
+                command.run(self, args)
         except Exception:  # a bug must cost one request, not the connection
             self._failed(args)
         if quiet:
@@ -366,7 +369,10 @@ class Connection(Sink):
         out = self.out
         mark = len(out) if quiet else 0
         try:
-            keep = command.accept(self, args, size)  # type: ignore[misc]
+            if COMPILED:
+                keep = command.accept_block(self, args, size)
+            else:
+                keep = command.accept(self, args, size)  # type: ignore[misc]
         except Exception:
             self._failed(args)
             keep = False
@@ -377,7 +383,10 @@ class Connection(Sink):
     def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
         """The data block of a kept request (``set``): it was accepted, so it always runs."""
         try:
-            command.run(self, args, data)
+            if COMPILED:
+                command.run_block(self, args, data)
+            else:
+                command.run(self, args, data)
         except Exception:
             self._failed(args)
         if self.closing:

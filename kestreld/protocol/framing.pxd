@@ -28,6 +28,10 @@ cdef class Command:
     cdef public object accept
     cdef public bint waits_for_sets
 
+    cpdef run_line(self, object conn, list args)
+    cpdef bint accept_block(self, object conn, list args, Py_ssize_t size) except -1
+    cpdef run_block(self, object conn, list args, bytes data)
+
 
 cdef class Sink:
     cpdef int request(self, Command command, list args, bint quiet) except? -1
