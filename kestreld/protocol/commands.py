@@ -195,7 +195,9 @@ def accept_set(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
 
 def cmd_set(conn: MemcacheConnection, args: list[bytes], data: bytes) -> None:
     """The block of an accepted ``set``: store it; STORED once its journal batch is written."""
-    name, expire, noreply = conn.take_put()
+    expire = conn.put_expire
+    noreply = conn.put_noreply
+    name = conn.take_put()
     try:
         reply = conn.session.put(name, data, expire, not noreply)
     except NotStored:

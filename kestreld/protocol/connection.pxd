@@ -45,7 +45,9 @@ cdef class Connection(Sink):
     cdef public bint write_paused
     cdef public bint read_paused
     cdef public double last_active
-    cdef public object put_target
+    cdef public str put_name
+    cdef public object put_expire
+    cdef public bint put_noreply
     cdef public bytes value_key
     cdef public Py_ssize_t value_size
     cdef public bytes value_header
@@ -69,7 +71,7 @@ cdef class Connection(Sink):
     cpdef _continue(self)
 
     cpdef expect_put(self, str name, object expire, bint noreply)
-    cpdef tuple take_put(self)
+    cpdef str take_put(self)
     cpdef hold(self, PendingReply reply)
     @cython.locals(reply=PendingReply, behind=PendingReply, parts=list, outcome=int, data=bytes, size=Py_ssize_t, header=bytes, item=QueueItem)
     cpdef answer_fetch(self, Fetch f, bint single)

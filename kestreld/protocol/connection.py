@@ -122,7 +122,9 @@ class Connection(Sink):
         "write_paused",
         "read_paused",
         "last_active",
-        "put_target",
+        "put_name",
+        "put_expire",
+        "put_noreply",
         "value_key",
         "value_size",
         "value_header",
@@ -164,8 +166,11 @@ class Connection(Sink):
         self.write_paused = False
         self.read_paused = False
         self.last_active = monotonic()
-        #: (queue, expiry ms, noreply) of a set whose data block is being read.
-        self.put_target: tuple[str, int, bool] | None = None
+        #: The queue, expiry (ms) and noreply of a set whose data block is being read
+        #: (three fields, not a tuple made and dropped per set).
+        self.put_name: str | None = None
+        self.put_expire = 0
+        self.put_noreply = False
         # The last VALUE header sent (a consumer asks for one key, and items are often of
         # one size): reused while the key and the size are the same.
         self.value_key = b""
@@ -412,13 +417,16 @@ class Connection(Sink):
 
     def expect_put(self, name: str, expire: int, noreply: bool) -> None:
         """A ``set`` was accepted: its data block, read next, goes to ``name``."""
-        self.put_target = (name, expire, noreply)
+        self.put_name = name
+        self.put_expire = expire
+        self.put_noreply = noreply
 
-    def take_put(self) -> tuple[str, int, bool]:
-        """The target of the ``set`` whose data block has arrived (see :meth:`expect_put`)."""
-        target = self.put_target
-        self.put_target = None
-        return target  # type: ignore[return-value]
+    def take_put(self) -> str:
+        """The queue of the ``set`` whose data block has arrived (see :meth:`expect_put`);
+        its expiry and noreply stay in ``put_expire`` and ``put_noreply``."""
+        name = self.put_name
+        self.put_name = None
+        return name  # type: ignore[return-value]
 
     def hold(self, reply: PendingReply) -> None:
         """Place a promised reply in the output: what follows waits until it is sent."""
