@@ -391,7 +391,9 @@ class WriterJournal(Flushing):
             self._write_failed(seg, e)
             raise JournalWriteError(f"journal write failed: {e.strerror}") from e
         seg.written = seg.size
-        del self._buf[:]  # written synchronously: the list is free again (compiled: no method call)
+        # Written synchronously: a new list for the next tick's puts (compiled, del [:] makes
+        # a slice object, and clear() is a method call; nothing else holds this list).
+        self._buf = []
         self._buf_size = 0
 
     def _write_failed(self, seg: Segment, e: OSError) -> None:

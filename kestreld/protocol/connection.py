@@ -560,7 +560,10 @@ class Connection(Sink):
                     ready.extend(reply.parts)
             else:
                 i = len(out)
-            del out[:i]
+            if i == len(out):
+                out.clear()  # the usual case; compiled, del out[:i] makes a slice object
+            else:
+                del out[:i]
             self.out_size = self._held_size() if out else 0
             if COMPILED:
                 self.send_parts(ready)
