@@ -26,9 +26,7 @@ cdef class JournaledQueue:
     cdef public long long _next_id
     cdef public Batch _pending_batch
     cdef public list _pending
-    cdef public object _unacked
-    cdef object _unacked_push
-    cdef object _unacked_pop
+    cdef public list _unacked
     cdef object _acknowledged_bound
     cdef public long long pending_items
     cdef public long long pending_bytes

@@ -8,7 +8,6 @@ A ``journal = false`` queue keeps no files and lives in memory only.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
@@ -68,8 +67,6 @@ class JournaledQueue:
         "_pending_batch",
         "_pending",
         "_unacked",
-        "_unacked_push",
-        "_unacked_pop",
         "_acknowledged_bound",
         "pending_items",
         "pending_bytes",
@@ -114,10 +111,10 @@ class JournaledQueue:
         # Puts of the batch not yet acknowledged (see put()).
         self._pending_batch: Batch | None = None
         self._pending: list[_Put] | None = None  # the puts of _pending_batch
-        self._unacked: deque[_Put] = deque()  # every put not yet acknowledged, oldest first
-        # Its append and popleft, and the callback of every batch, bound once (per put otherwise).
-        self._unacked_push = self._unacked.append
-        self._unacked_pop = self._unacked.popleft
+        # Every put not yet acknowledged, oldest first: the puts of each unacknowledged batch
+        # (its ``payload``, one list per tick), so a put adds nothing to it but its tick's list.
+        self._unacked: list[list[_Put]] = []
+        # The callback of every batch, bound once (per batch otherwise).
         self._acknowledged_bound = self._acknowledged
         self.pending_items = 0
         self.pending_bytes = 0
@@ -279,6 +276,7 @@ class JournaledQueue:
             self._pending_batch = batch
             self._pending = pending = []
             batch.payload = pending  # this tick's puts, for _acknowledged
+            self._unacked.append(pending)
             batch.add_done_callback(self._acknowledged_bound)
         else:
             pending = self._pending
@@ -298,33 +296,30 @@ class JournaledQueue:
             for reader in skipping:
                 reader.journal_drop(id_)  # written with the put, before it is acknowledged
         pending.append(put)
-        self._unacked_push(put)
         # Not p_items + 1: a failed write inside journal.put() may have resolved a batch.
         self.pending_items += 1
         self.pending_bytes += size
         return batch
 
     def _forget_unacked(self, puts: list[_Put]) -> None:
-        """Batches resolved out of order (rare): take these puts out of the line."""
-        gone = {id(put) for put in puts}
-        kept = [put for put in self._unacked if id(put) not in gone]
-        self._unacked.clear()  # in place: _unacked_push and _unacked_pop are its methods
-        self._unacked.extend(kept)
+        """A batch resolved out of order (rare): take its puts out of the line."""
+        self._unacked = [tick for tick in self._unacked if tick is not puts]
 
     def _discard_unacked(self, reader: Reader, p_items: int, p_bytes: int) -> None:
         """Still full after discarding what it holds: the reader discards the oldest puts
         on their way in (pipelined sets of one unwritten batch), as if already stored."""
-        for put in self._unacked:
-            skipping = put[3]
-            if skipping is not None and reader in skipping:
-                continue
-            if skipping is None:
-                skipping = put[3] = set()
-            skipping.add(reader)
-            reader.skip(len(put[0].data))
-            reader.journal_drop(put[0].id)
-            if not reader.is_full(p_items, p_bytes):
-                return
+        for tick in self._unacked:
+            for put in tick:
+                skipping = put[3]
+                if skipping is not None and reader in skipping:
+                    continue
+                if skipping is None:
+                    skipping = put[3] = set()
+                skipping.add(reader)
+                reader.skip(len(put[0].data))
+                reader.journal_drop(put[0].id)
+                if not reader.is_full(p_items, p_bytes):
+                    return
 
     def _acknowledged(self, batch: Batch) -> None:
         """A batch resolved: offer its items (``batch.payload``, the puts of its tick) to the
@@ -334,11 +329,9 @@ class JournaledQueue:
             self._pending_batch = None
             self._pending = None  # the next put's batch brings a new list
         unacked = self._unacked
-        if puts and unacked and unacked[0] is puts[0]:
-            pop = self._unacked_pop
-            for _ in range(len(puts)):
-                pop()
-        elif puts:
+        if unacked and unacked[0] is puts:
+            del unacked[0]  # the usual case: the oldest batch
+        else:
             self._forget_unacked(puts)
         nbytes = 0
         for put in puts:
