@@ -385,12 +385,14 @@ class Session:
             self._hand_out(reader, f, item)
             f.outcome = ITEM
             return ITEM
-        if reads is not None and not reads:
-            self._forget_empty(reader, reads)
         if not single or f.timeout <= 0 or self.no_wait:
+            if reads is not None and not reads:
+                self._forget_empty(reader, reads)
             traffic.get_misses += 1
             f.outcome = MISS
             return MISS
+        # A /close/open that waits keeps its emptied line for the item the wait brings (no
+        # delete and insert per item of a consumer that waits); _wait_done drops it if none.
         waiter = Waiter(self._wait_done_bound, server.loop, self.tick)
         reader.enter(waiter, f.timeout / 1000)
         self.waiting = waiter
@@ -449,6 +451,10 @@ class Session:
         f.reader = None  # type: ignore[union-attr]
         f.reply = None  # type: ignore[union-attr]
         behind = f.behind  # type: ignore[union-attr]
+        if item is None or self.closed or (behind is not None and behind.failed):
+            reads = self.open_reads.get(reader)
+            if reads is not None and not reads:
+                self._forget_empty(reader, reads)  # kept for the item the wait did not bring
         if self.closed or (behind is not None and behind.failed):
             if item is not None:
                 reader.return_items([item])  # nobody to take it (or its /close failed)
