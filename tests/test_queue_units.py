@@ -363,3 +363,25 @@ def test_file_writes_are_whole_and_raise_like_os_write(tmp_path):
             assert e.errno == errno.EBADF
         else:
             raise AssertionError("a write to a closed descriptor did not raise")
+
+
+def test_a_put_with_no_event_loop_is_written_and_offered_at_once(tmp_path):
+    """Offline (no running loop, as the tools drive a queue): the journal writes each put
+    at once, and the queue acknowledges it at once: its readers have it, nothing pending."""
+    from kestreld.journal.clock import now_ms
+    from kestreld.queues.collection import QueueCollection
+    from kestreld.server import build_server_config
+
+    config = build_server_config(None, {"queue_path": str(tmp_path), "port": 0})
+    queues = QueueCollection(config)
+    try:
+        for data in (b"a", b"bc"):
+            batch = queues.put("q", data, 0, now_ms())
+            assert batch is None or (batch.done and batch.error is None)
+        queue = queues.queues["q"]
+        assert (queue.pending_items, queue.pending_bytes, queue._unacked) == (0, 0, [])
+        reader = queues.reader("q", False)
+        assert (reader.items, reader.bytes) == (2, 3)
+        assert [reader.take(now_ms()).data for _ in range(2)] == [b"a", b"bc"]
+    finally:
+        queues.close()

@@ -39,7 +39,7 @@ cdef class JournaledQueue:
 
     @cython.locals(readers=tuple, default=Reader, reader=Reader, journal=WriterJournal,
                    batch=Batch, item=QueueItem, pending=list, p_items=cython.longlong,
-                   p_bytes=cython.longlong, put=list, size=Py_ssize_t)
+                   p_bytes=cython.longlong, put=list, size=Py_ssize_t, first=bint)
     cpdef put(self, object data, object expire_time, object now, object error_count=*)
 
     @cython.locals(nbytes=Py_ssize_t, puts=list, put=list, item=QueueItem, reader=Reader,

@@ -272,12 +272,12 @@ class JournaledQueue:
             raise
         # Readers get the item once its batch is acknowledged (written, or fsynced
         # with sync_journal = 0): no consumer ever sees an item that was refused.
-        if batch is not self._pending_batch:
+        first = batch is not self._pending_batch
+        if first:
             self._pending_batch = batch
             self._pending = pending = []
             batch.payload = pending  # this tick's puts, for _acknowledged
             self._unacked.append(pending)
-            batch.add_done_callback(self._acknowledged_bound)
         else:
             pending = self._pending
         id_ = journal.put_id
@@ -299,6 +299,11 @@ class JournaledQueue:
         # Not p_items + 1: a failed write inside journal.put() may have resolved a batch.
         self.pending_items += 1
         self.pending_bytes += size
+        if first:
+            # Once the put is counted and in its batch's list: with no event loop running
+            # (offline tools, a queue driven by hand) the journal wrote the batch already,
+            # and the callback acknowledges it at once.
+            batch.add_done_callback(self._acknowledged_bound)
         return batch
 
     def _forget_unacked(self, puts: list[_Put]) -> None:
