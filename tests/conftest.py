@@ -90,6 +90,19 @@ def make_server(tmp_path):
 
 
 @pytest.fixture
+async def served(tmp_path):
+    """An in-process server on a loopback port (default config): a test may look at its
+    objects, or change its command table, while it talks to it over a real socket."""
+    from kestreld.server import Server, build_server_config
+
+    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
+    server = Server(config)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
 def conn(server):
     c = Conn(server.connect())
     yield c

@@ -8,20 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from kestreld.protocol.commands import COMMANDS
 from kestreld.protocol.framing import Command
-from kestreld.server import Server, build_server_config
-
-
-@pytest.fixture
-async def served(tmp_path):
-    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
-    server = Server(config)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def _broken(conn, args) -> None:

@@ -10,19 +10,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from kestreld.server import Server, build_server_config
-
-
-@pytest.fixture
-async def served(tmp_path):
-    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
-    server = Server(config)
-    await server.start()
-    yield server
-    await server.stop()
-
 
 async def _call(reader, writer, request: bytes, ending: bytes) -> bytes:
     writer.write(request)
