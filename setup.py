@@ -6,12 +6,22 @@ a ``.pxd`` beside it that declares its classes and hot functions with C types.
 Without Cython or a compiler (or with ``KESTRELD_NO_EXTENSIONS=1`` at build
 time) the install is pure Python and works the same, only slower; the server
 says so in a warning at start-up.
+
+With GCC the build is profile-guided (``KESTRELD_PGO=0`` turns it off): the
+extensions are compiled instrumented, ``python -m kestreld.bench.train`` runs a
+real server on a loopback port with them, and they are compiled again from the
+counts.  Any failure on that way (another compiler, no loopback, a training
+error) falls back to the plain compile, never to a failed install.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
+import sysconfig
+import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -28,14 +38,123 @@ def _compiled_settings():
     return namespace
 
 
+PGO_ENV_VAR = "KESTRELD_PGO"
+
+
 class OptionalBuildExt(build_ext):
     """A failed compile is a warning and a pure-Python install, never a failed install."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1  # one compiler per core
+
     def run(self) -> None:
         try:
-            super().run()
+            if self.extensions and self._profile_guided():
+                self._run_profile_guided()
+            else:
+                super().run()
         except Exception as e:  # noqa: BLE001 - no compiler, no headers: fall back
             self._skip(e)
+
+    # --- the profile-guided build ------------------------------------------------------
+
+    def _profile_guided(self) -> bool:
+        """GCC on Linux, and not turned off."""
+        if os.environ.get(PGO_ENV_VAR, "").strip() == "0" or not sys.platform.startswith("linux"):
+            return False
+        cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+        try:
+            out = subprocess.run([cc[0], "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        version = out.stdout.lower()
+        return (
+            out.returncode == 0
+            and "clang" not in version
+            and ("gcc" in version or "free software foundation" in version)
+        )
+
+    def _run_profile_guided(self) -> None:
+        profile_dir = tempfile.mkdtemp(prefix="kestreld-pgo-")
+        base = {
+            ext.name: (list(ext.extra_compile_args), list(ext.extra_link_args))
+            for ext in self.extensions
+        }
+
+        def flags(compile_args: list[str], link_args: list[str]) -> None:
+            for ext in self.extensions:
+                c, link = base[ext.name]
+                ext.extra_compile_args = c + compile_args
+                ext.extra_link_args = link + link_args
+
+        try:
+            generate = f"-fprofile-generate={profile_dir}"
+            # Atomic counters: the fsync thread runs compiled code beside the event loop.
+            flags([generate, "-fprofile-update=atomic"], [generate])
+            compiler = self.compiler  # the option: run() replaces it with the compiler it made
+            self.force = True  # an up-to-date plain build is not instrumented
+            super().run()
+            trained = self._train()
+            # The counts are files the instrumented modules write when the server exits.
+            if trained and not any(Path(profile_dir).rglob("*.gcda")):
+                print("kestreld: the training run left no counts; plain compile", file=sys.stderr)
+                trained = False
+            if trained:
+                flags(
+                    [
+                        f"-fprofile-use={profile_dir}",
+                        "-frecord-gcc-switches",  # kestreld.compiled.profile_guided()
+                        "-fprofile-correction",
+                        "-Wno-missing-profile",
+                    ],
+                    [],
+                )
+            else:
+                flags([], [])
+            self.compiler = compiler  # compile again, from the counts
+            super().run()
+        finally:
+            flags([], [])
+            shutil.rmtree(profile_dir, ignore_errors=True)
+
+    def _train(self) -> bool:
+        """Run ``kestreld.bench.train`` on the instrumented extensions: True when it ran."""
+        with tempfile.TemporaryDirectory(prefix="kestreld-train-") as tmp:
+            package = Path(tmp, "kestreld")
+            shutil.copytree(
+                HERE / "kestreld",
+                package,
+                ignore=shutil.ignore_patterns("*.c", "*.so", "*.pyd", "__pycache__"),
+            )
+            for ext in self.extensions:
+                built = Path(self.get_ext_fullpath(ext.name))
+                if not built.exists():
+                    print(f"kestreld: no {ext.name} to train; plain compile", file=sys.stderr)
+                    return False
+                # Copied after the sources, so newer than them: the compiled module runs.
+                shutil.copyfile(built, Path(tmp, *ext.name.split(".")).parent / built.name)
+            env = {k: v for k, v in os.environ.items() if k != _compiled_settings()["ENV_VAR"]}
+            env.update(PYTHONPATH=tmp, PYTHONDONTWRITEBYTECODE="1")
+            try:
+                run = subprocess.run(
+                    [sys.executable, "-m", "kestreld.bench.train"],
+                    cwd=tmp,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
+            except (OSError, subprocess.SubprocessError) as e:
+                print(f"kestreld: the training run failed ({e}); plain compile", file=sys.stderr)
+                return False
+            if run.returncode != 0:
+                tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-15:])
+                print(f"kestreld: the training run failed; plain compile:\n{tail}", file=sys.stderr)
+                return False
+            print(run.stdout.strip(), file=sys.stderr)
+            return True
 
     def build_extension(self, ext) -> None:
         try:

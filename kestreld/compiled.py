@@ -137,6 +137,27 @@ def python_modules() -> list[str]:
     return [name for name in MODULES if not is_compiled(name)]
 
 
+#: What setup.py records (``-frecord-gcc-switches``) in an extension compiled from a training
+#: run's counts.
+PROFILE_GUIDED_SWITCH = b"-fprofile-use"
+
+
+def profile_guided() -> bool:
+    """True when the compiled modules that run were built from a training run's counts
+    (setup.py's profile-guided build); False for a plain compile and for plain Python."""
+    for name in MODULES:
+        if not is_compiled(name):
+            return False
+        path = importlib.import_module(name).__file__
+        try:
+            with open(path, "rb") as f:
+                if PROFILE_GUIDED_SWITCH not in f.read():
+                    return False
+        except OSError:
+            return False
+    return True
+
+
 def implementation() -> str:
     """``"compiled"`` when every hot module is compiled, else ``"python"``."""
     return PYTHON if python_modules() else COMPILED

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from kestreld import __version__
-from kestreld.compiled import implementation, report_implementation
+from kestreld.compiled import implementation, profile_guided, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import alias_dump_lines
 from kestreld.journal.files import LOCK_FILE
@@ -225,6 +225,7 @@ class Server:
             status=self.status.value,
             version=__version__,
             implementation=implementation(),
+            profile_guided=profile_guided(),
             tls=self.tls is not None,
             auth=self.authenticator is not None,
         )

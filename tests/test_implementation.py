@@ -72,6 +72,18 @@ def test_the_built_extensions_are_used_unless_disabled():
     )
 
 
+def test_a_compiled_install_is_built_from_the_training_runs_counts():
+    """With GCC, setup.py compiles the extensions profile-guided (kestreld/bench/train.py);
+    a plain compile here means the training run failed and the build fell back."""
+    if len(built_extensions()) < len(compiled.MODULES):
+        pytest.skip("no compiled modules in this install (no C compiler when it was built)")
+    if os.environ.get("KESTRELD_PGO", "").strip() == "0":
+        pytest.skip("KESTRELD_PGO=0: the install was built without a training run")
+    code = "from kestreld import compiled; print(compiled.profile_guided())"
+    assert run_python(code, no_extensions=False) == "True"
+    assert run_python(code, no_extensions=True) == "False"
+
+
 @pytest.mark.parametrize("no_extensions", [False, True], ids=["default", "no_extensions"])
 def test_version_names_the_implementation(no_extensions):
     code = "from kestreld.cli import main; main(['--version'])"
@@ -86,6 +98,7 @@ def test_listening_event_names_the_implementation_and_python_is_announced(tmp_pa
     with KestreldProcess(tmp_path / "queues") as srv:
         (listening,) = srv.events("listening")
         assert listening["implementation"] == "python"
+        assert listening["profile_guided"] is False
         (note,) = srv.events("implementation")
         assert note["reason"] == f"{compiled.ENV_VAR}=1"
         assert not srv.events("compiled_implementation_unavailable")
@@ -94,6 +107,7 @@ def test_listening_event_names_the_implementation_and_python_is_announced(tmp_pa
     monkeypatch.delenv(compiled.ENV_VAR)
     with KestreldProcess(tmp_path / "queues2") as srv:
         assert srv.events("listening")[0]["implementation"] == "compiled"
+        assert srv.events("listening")[0]["profile_guided"] is compiled.profile_guided()
         assert not srv.events("implementation")
         assert not srv.events("compiled_implementation_unavailable")
 
