@@ -136,7 +136,9 @@ class OptionalBuildExt(build_ext):
                 # Copied after the sources, so newer than them: the compiled module runs.
                 shutil.copyfile(built, Path(tmp, *ext.name.split(".")).parent / built.name)
             env = {k: v for k, v in os.environ.items() if k != _compiled_settings()["ENV_VAR"]}
-            env.update(PYTHONPATH=tmp, PYTHONDONTWRITEBYTECODE="1")
+            # First on the path; what follows stays (pip's build environment is on it).
+            path = [tmp, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+            env.update(PYTHONPATH=os.pathsep.join(path), PYTHONDONTWRITEBYTECODE="1")
             try:
                 run = subprocess.run(
                     [sys.executable, "-m", "kestreld.bench.train"],
