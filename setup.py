@@ -44,6 +44,9 @@ PGO_ENV_VAR = "KESTRELD_PGO"
 class OptionalBuildExt(build_ext):
     """A failed compile is a warning and a pure-Python install, never a failed install."""
 
+    #: Compile and link flags the profile-guided build adds in its current pass.
+    _pgo_flags: tuple[list[str], list[str]] = ([], [])
+
     def finalize_options(self) -> None:
         super().finalize_options()
         if self.parallel is None:
@@ -78,21 +81,10 @@ class OptionalBuildExt(build_ext):
 
     def _run_profile_guided(self) -> None:
         profile_dir = tempfile.mkdtemp(prefix="kestreld-pgo-")
-        base = {
-            ext.name: (list(ext.extra_compile_args), list(ext.extra_link_args))
-            for ext in self.extensions
-        }
-
-        def flags(compile_args: list[str], link_args: list[str]) -> None:
-            for ext in self.extensions:
-                c, link = base[ext.name]
-                ext.extra_compile_args = c + compile_args
-                ext.extra_link_args = link + link_args
-
         try:
             generate = f"-fprofile-generate={profile_dir}"
             # Atomic counters: the fsync thread runs compiled code beside the event loop.
-            flags([generate, "-fprofile-update=atomic"], [generate])
+            self._pgo_flags = ([generate, "-fprofile-update=atomic"], [generate])
             compiler = self.compiler  # the option: run() replaces it with the compiler it made
             self.force = True  # an up-to-date plain build is not instrumented
             super().run()
@@ -101,22 +93,17 @@ class OptionalBuildExt(build_ext):
             if trained and not any(Path(profile_dir).rglob("*.gcda")):
                 print("kestreld: the training run left no counts; plain compile", file=sys.stderr)
                 trained = False
-            if trained:
-                flags(
-                    [
-                        f"-fprofile-use={profile_dir}",
-                        "-frecord-gcc-switches",  # kestreld.compiled.profile_guided()
-                        "-fprofile-correction",
-                        "-Wno-missing-profile",
-                    ],
-                    [],
-                )
-            else:
-                flags([], [])
+            use = [
+                f"-fprofile-use={profile_dir}",
+                "-frecord-gcc-switches",  # kestreld.compiled.profile_guided()
+                "-fprofile-correction",
+                "-Wno-missing-profile",
+            ]
+            self._pgo_flags = (use, []) if trained else ([], [])
             self.compiler = compiler  # compile again, from the counts
             super().run()
         finally:
-            flags([], [])
+            self._pgo_flags = ([], [])
             shutil.rmtree(profile_dir, ignore_errors=True)
 
     def _train(self) -> bool:
@@ -159,10 +146,24 @@ class OptionalBuildExt(build_ext):
             return True
 
     def build_extension(self, ext) -> None:
+        compile_args, link_args = self._pgo_flags
+        base = ext.extra_compile_args, ext.extra_link_args
         try:
-            super().build_extension(ext)
+            ext.extra_compile_args = [*base[0], *compile_args]
+            ext.extra_link_args = [*base[1], *link_args]
+            try:
+                super().build_extension(ext)
+            except Exception as e:  # noqa: BLE001
+                if not compile_args:
+                    raise
+                # An instrumented or profile-guided module is never what a failure leaves.
+                print(f"kestreld: {ext.name}: {e}; plain compile", file=sys.stderr)
+                ext.extra_compile_args, ext.extra_link_args = base
+                super().build_extension(ext)
         except Exception as e:  # noqa: BLE001
             self._skip(e, ext.name)
+        finally:
+            ext.extra_compile_args, ext.extra_link_args = base
 
     @staticmethod
     def _skip(error: Exception, name: str = "the extensions") -> None:
