@@ -40,6 +40,13 @@ def expect(c: Conn, reply: bytes) -> None:
         raise RuntimeError(f"expected {reply!r}, got {line!r}")
 
 
+def take(c: Conn, request: bytes) -> None:
+    """Send a get that must bring the training item."""
+    c.send(request)
+    if c.read_value() != ITEM:
+        raise RuntimeError(f"{request.strip().decode()}: no item")
+
+
 def set_request(queue: str, data: bytes = ITEM, expiry: int = 0, noreply: bool = False) -> bytes:
     tail = b" noreply" if noreply else b""
     return b"set %s 0 %d %d%s\r\n%s\r\n" % (queue.encode(), expiry, len(data), tail, data)
@@ -51,18 +58,12 @@ def one_connection(server: KestreldProcess, n: int) -> None:
         c.send(set_request("one"))
         expect(c, b"STORED")
     for _ in range(n // 2):
-        c.send(b"get one\r\n")
-        if c.read_value() != ITEM:
-            raise RuntimeError("get one: wrong item")
+        take(c, b"get one\r\n")
     for _ in range(n - n // 2):
-        c.send(b"get one/close/open\r\n")
-        if c.read_value() != ITEM:
-            raise RuntimeError("get one/close/open: wrong item")
+        take(c, b"get one/close/open\r\n")
     c.send(b"get one/abort\r\n")
     expect(c, b"END")
-    c.send(b"get one/open\r\n")
-    if c.read_value() != ITEM:
-        raise RuntimeError("get one/open: wrong item")
+    take(c, b"get one/open\r\n")
     c.send(b"get one/close\r\n")
     expect(c, b"END")
     # Misses, with and without a wait, and a peek.
@@ -81,9 +82,7 @@ def one_connection(server: KestreldProcess, n: int) -> None:
     if not c.line().startswith(b"VERSION"):
         raise RuntimeError("version: no VERSION")
     for _ in range(n // 2):
-        c.send(b"get one\r\n")
-        if c.read_value() != ITEM:
-            raise RuntimeError("get one after noreply sets: wrong item")
+        take(c, b"get one\r\n")
     c.close()
 
 
@@ -97,10 +96,11 @@ def open_close_loop(server: KestreldProcess, n: int, waiting: bool) -> None:
             time.sleep(0.0002)  # the consumer waits when the item comes
         producer.send(set_request("loop"))
         expect(producer, b"STORED")
-        if not waiting:
-            consumer.send(get)
-        if consumer.read_value() != ITEM:
-            raise RuntimeError("open/close loop: no item")
+        if waiting:
+            if consumer.read_value() != ITEM:
+                raise RuntimeError("open/close loop: no item")
+        else:
+            take(consumer, get)
     consumer.send(b"get loop/close\r\n")
     expect(consumer, b"END")
     producer.close()
@@ -118,15 +118,12 @@ def many_connections(server: KestreldProcess, connections: int, rounds: int) -> 
         for c in conns:
             check(c)
 
-    def stored(c: Conn) -> None:
-        expect(c, b"STORED")
-
     def an_item(c: Conn) -> None:
         if c.read_value() != ITEM:
             raise RuntimeError("many connections: no item")
 
     for _ in range(rounds):
-        round_of(set_request("many"), stored)
+        round_of(set_request("many"), lambda c: expect(c, b"STORED"))
     for _ in range(rounds // 2):
         round_of(b"get many\r\n", an_item)
     for _ in range(rounds - rounds // 2):
@@ -162,13 +159,11 @@ def fanout_and_read_behind(server: KestreldProcess, n: int) -> None:
         expect(c, b"STORED")
     for _ in range(n):
         for queue in (b"fan", b"fan+a", b"fan+b", b"behind"):
-            c.send(b"get %s\r\n" % queue)
-            if c.read_value() != ITEM:
-                raise RuntimeError(f"get {queue.decode()}: no item")
+            take(c, b"get %s\r\n" % queue)
     c.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> int:
     if implementation() != "compiled":
         print("kestreld train: the compiled modules are not the ones that run", file=sys.stderr)
         return 2
