@@ -3,8 +3,6 @@
 Everything else about the package is in pyproject.toml.  The modules to
 compile are listed in kestreld/compiled.py; each is a plain Python file with
 a ``.pxd`` beside it that declares its classes and hot functions with C types.
-They are linked into one extension (``EXTENSION`` there), each module keeping
-its own init function, so that the code a request runs lies in one file.
 Without Cython or a compiler (or with ``KESTRELD_NO_EXTENSIONS=1`` at build
 time) the install is pure Python and works the same, only slower; the server
 says so in a warning at start-up.
@@ -24,10 +22,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -101,9 +98,6 @@ class OptionalBuildExt(build_ext):
                 "-frecord-gcc-switches",  # kestreld.compiled.profile_guided()
                 "-fprofile-correction",
                 "-Wno-missing-profile",
-                # GCC's tracer (tail duplication, on with -fprofile-use) left paths every
-                # set runs in the .cold parts (BENCHMARKS.md, twelfth round).
-                "-fno-tracer",
             ]
             self._pgo_flags = (use, []) if trained else ([], [])
             self.compiler = compiler  # compile again, from the counts
@@ -151,21 +145,6 @@ class OptionalBuildExt(build_ext):
             print(run.stdout.strip(), file=sys.stderr)
             return True
 
-    def build_extensions(self) -> None:
-        compile_one = self.compiler.compile
-
-        def compile_each(sources, *args, **kwargs):
-            """One compiler per core for the extension's C files (setuptools runs them in
-            turn within an extension)."""
-            if len(sources) < 2 or self.parallel < 2:
-                return compile_one(sources, *args, **kwargs)
-            with ThreadPoolExecutor(self.parallel) as pool:
-                parts = pool.map(lambda source: compile_one([source], *args, **kwargs), sources)
-                return [obj for objects in parts for obj in objects]
-
-        self.compiler.compile = compile_each
-        super().build_extensions()
-
     def build_extension(self, ext) -> None:
         compile_args, link_args = self._pgo_flags
         base = ext.extra_compile_args, ext.extra_link_args
@@ -206,7 +185,7 @@ def extensions() -> list:
         return []
     sources = [str(Path(*name.split("."))) + ".py" for name in settings["MODULES"]]
     try:
-        modules = cythonize(
+        return cythonize(
             sources,
             language_level=3,
             quiet=True,
@@ -223,8 +202,6 @@ def extensions() -> list:
     except Exception as e:  # noqa: BLE001 - a Cython error must not break the install
         print(f"kestreld: Cython failed ({e}); pure-Python install", file=sys.stderr)
         return []
-    # One shared object for all of them (kestreld.compiled's finder loads each from it).
-    return [Extension(settings["EXTENSION"], [c for module in modules for c in module.sources])]
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -3,16 +3,11 @@
 The modules in :data:`MODULES` are plain Python; when a C compiler is present
 at install time, ``setup.py`` also compiles each of them with Cython, using
 the ``.pxd`` file beside it (typed ``cdef`` classes and locals; aiohttp's
-pattern: one source, two implementations).  The compiled modules are linked
-into one shared object, :data:`EXTENSION` (``kestreld/_hotpath.*.so``), which
-holds each module's own init function: the code a request runs then lies in
-one file, its hot parts side by side, not in twenty-two (BENCHMARKS.md, twelfth
-round).  A finder on ``sys.meta_path`` loads each module from it, or the ``.py``
-file: always with ``KESTRELD_NO_EXTENSIONS=1``, so both implementations can be
-run (and tested) from one install, and in a source checkout when the ``.py`` or
-``.pxd`` is newer than the build (the edit runs, as Python).  An extension of
-the module's own beside its source (an older build's layout) is used when there
-is no shared one.
+pattern: one source, two implementations).  Python's import system prefers
+the compiled module when both are there.  ``KESTRELD_NO_EXTENSIONS=1`` puts a
+finder in front that loads the ``.py`` files instead, so both implementations
+can be run (and tested) from one install.  In a source checkout, an
+extension older than its ``.py`` or ``.pxd`` is skipped (the edit runs, as Python).
 
 This file is read by ``setup.py`` as well: it must import nothing but the
 standard library.
@@ -53,10 +48,6 @@ MODULES: tuple[str, ...] = (
     "kestreld.protocol.commands",
 )
 
-#: The one extension every module of :data:`MODULES` is compiled into (each keeps its own
-#: ``PyInit_<name>``, so their last names are distinct).
-EXTENSION = "kestreld._hotpath"
-
 #: Set to 1 (or any value but 0 or empty) to run the plain Python even when compiled.
 ENV_VAR = "KESTRELD_NO_EXTENSIONS"
 
@@ -72,11 +63,10 @@ def extensions_disabled() -> bool:
 class _HotModuleFinder:
     """A meta-path finder for the listed modules: the compiled file, or the ``.py`` one.
 
-    The compiled file is the shared :data:`EXTENSION` (or, without it, an extension of
-    the module's own).  The ``.py`` file is loaded when ``source_only`` is set
-    (``KESTRELD_NO_EXTENSIONS``), when there is no extension, and in a source checkout
-    (a ``.pxd`` beside it) when the ``.py`` or ``.pxd`` changed after the extension was
-    built: a stale build never runs old code after an edit or a checkout.
+    The ``.py`` file is loaded when ``source_only`` is set (``KESTRELD_NO_EXTENSIONS``),
+    when there is no extension, and in a source checkout (a ``.pxd`` beside it) when the
+    ``.py`` or ``.pxd`` changed after the extension was built: a stale build never runs
+    old code after an edit or a checkout.
     """
 
     def __init__(self, source_only: bool) -> None:
@@ -94,7 +84,7 @@ class _HotModuleFinder:
             if not os.path.isfile(source):
                 continue
             if not self.source_only:
-                built = _shared_extension(folder, name) or _extension(folder, leaf)
+                built = _extension(folder, leaf)
                 if built is not None and not self._is_stale(name, source, built):
                     return importlib.util.spec_from_file_location(name, built)
             return importlib.util.spec_from_file_location(name, source)
@@ -117,14 +107,6 @@ def _extension(folder: str, leaf: str) -> str | None:
         if os.path.isfile(candidate):
             return candidate
     return None
-
-
-def _shared_extension(folder: str, name: str) -> str | None:
-    """The :data:`EXTENSION` file of the package that ``name`` (found in ``folder``) is in."""
-    root = folder
-    for _ in range(name.count(".") - 1):
-        root = os.path.dirname(root)
-    return _extension(root, EXTENSION.rpartition(".")[2])
 
 
 def _finder() -> _HotModuleFinder | None:

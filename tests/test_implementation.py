@@ -25,11 +25,7 @@ PACKAGE_ROOT = Path(kestreld.__file__).resolve().parent.parent
 
 
 def built_extensions() -> list[str]:
-    """The modules of compiled.MODULES that have a compiled file: all of them when the
-    shared extension (compiled.EXTENSION) is built, else those with one beside their source."""
-    shared = PACKAGE_ROOT.joinpath(*compiled.EXTENSION.split("."))
-    if any(Path(f"{shared}{s}").exists() for s in importlib.machinery.EXTENSION_SUFFIXES):
-        return list(compiled.MODULES)
+    """The modules of compiled.MODULES with an extension file beside their source."""
     out = []
     for name in compiled.MODULES:
         folder = PACKAGE_ROOT.joinpath(*name.split(".")[:-1])
@@ -166,36 +162,6 @@ def test_an_extension_older_than_its_source_is_skipped_in_a_checkout(tmp_path, m
     assert (
         compiled._HotModuleFinder(source_only=False).find_spec("other.mod", [str(folder)]) is None
     )
-
-
-def test_the_shared_extension_is_preferred_and_judged_by_each_modules_source(tmp_path, monkeypatch):
-    """setup.py links every compiled module into compiled.EXTENSION, in the package's folder;
-    an extension of the module's own (an older build's) runs only without it."""
-    monkeypatch.setattr(compiled, "MODULES", ("fakepkg.sub.hot",))
-    package = tmp_path / "fakepkg"
-    folder = package / "sub"
-    folder.mkdir(parents=True)
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    source, declarations = folder / "hot.py", folder / "hot.pxd"
-    own = folder / f"hot{suffix}"
-    shared = package / f"{compiled.EXTENSION.rpartition('.')[2]}{suffix}"
-    for f in (source, declarations, own, shared):
-        f.write_text("")
-        os.utime(f, (1000, 1000))
-    os.utime(shared, (2000, 2000))
-
-    def origin() -> str:
-        finder = compiled._HotModuleFinder(source_only=False)
-        spec = finder.find_spec("fakepkg.sub.hot", [str(folder)])
-        assert spec is not None
-        return Path(spec.origin).name
-
-    assert origin() == shared.name
-    os.utime(source, (3000, 3000))  # edited after the build: the source runs
-    assert origin() == "hot.py"
-    shared.unlink()
-    os.utime(own, (4000, 4000))
-    assert origin() == own.name
 
 
 def _pxd_classes(text: str) -> dict[str, set[str]]:

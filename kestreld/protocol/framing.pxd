@@ -13,8 +13,6 @@ cdef Py_ssize_t LENGTH_LIMIT, ACCUMULATE_THRESHOLD
 @cython.locals(start=cython.p_char, found=cython.p_char)
 cdef inline Py_ssize_t _find_newline(bytes data, Py_ssize_t pos, Py_ssize_t end)
 
-cdef inline bytes _bytes_between(bytes data, Py_ssize_t pos, Py_ssize_t stop)
-
 @cython.locals(words=list, chars=cython.p_uchar, i=Py_ssize_t, j=Py_ssize_t, count=Py_ssize_t,
                n=Py_ssize_t, word=bytes)
 cpdef list _split_words(bytes data, Py_ssize_t pos, Py_ssize_t stop)
@@ -75,6 +73,6 @@ cdef class Framing:
         pos=Py_ssize_t, end=Py_ssize_t, stop=Py_ssize_t, after=Py_ssize_t, nl=Py_ssize_t,
         start=Py_ssize_t, size=Py_ssize_t, n=Py_ssize_t, need=Py_ssize_t, max_line=Py_ssize_t,
         verdict=int, quiet=bint, byte=int, command=Command, table=dict, args=list, rest=bytes,
-        raw=bytes, word=bytes, block=bytes,
+        raw=bytes, word=bytes,
     )
     cpdef parse(self, Sink sink, bytes data)

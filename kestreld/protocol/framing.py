@@ -244,8 +244,7 @@ class Framing:
                     self.drop_line = True
                     pos = stop
                     continue
-                block = _bytes_between(data, pos, stop) if COMPILED else data[pos:stop]
-                verdict = sink.block(command, args, block, quiet)  # type: ignore[arg-type]
+                verdict = sink.block(command, args, data[pos:stop], quiet)  # type: ignore[arg-type]
                 pos = after
                 if verdict != GO:
                     break
@@ -360,15 +359,6 @@ def _find_newline(data: bytes, pos: int, end: int) -> int:
     start = cython.cast(cython.p_char, data)
     found = cython.cast(cython.p_char, memchr(start + pos, 10, end - pos))
     return -1 if found == cython.NULL else found - start
-
-
-def _bytes_between(data: bytes, pos: int, stop: int) -> bytes:
-    """``data[pos:stop]`` for ``0 <= pos <= stop <= len(data)`` (the parse's own positions).
-
-    The compiled build's slice of a data block: one copy, where Cython's slice of a
-    ``bytes`` goes through ``PySequence_GetSlice`` (two ints and a slice object made and
-    read back, about 500 instructions a set)."""
-    return PyBytes_FromStringAndSize(cython.cast(cython.p_char, data) + pos, stop - pos)
 
 
 def _split_words(data: bytes, pos: int, stop: int) -> list[bytes]:
