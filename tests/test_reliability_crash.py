@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from kestreld_process import Conn
 
-from kestreld.bench.soak import CrashCampaign, CycleEvents, _explained_by_cut_gets
+from kestreld.bench.soak import TORN, CrashCampaign, CycleEvents, _explained_by_cut_gets, _key
 from kestreld.journal import codec
 
 CYCLES = int(os.environ.get("KESTRELD_CRASH_CYCLES", "24"))
@@ -88,6 +88,8 @@ def test_open_items_come_back_at_most_once_per_crash(campaign):
 
 def test_nothing_is_delivered_that_was_never_sent(campaign):
     assert not campaign.report.of("phantom"), _fail(campaign, "phantom")
+    # A kill -9 keeps everything written to the OS: no record comes back with zeroed bytes.
+    assert not campaign.report.of("torn"), _fail(campaign, "torn")
 
 
 def test_recovered_backlog_drains_in_producer_order(campaign):
@@ -100,6 +102,15 @@ def test_clean_restart_after_the_crashes_keeps_every_confirm(campaign):
 
 def test_server_logged_no_errors_through_the_crashes(campaign):
     assert not campaign.report.of("server_error"), _fail(campaign, "server_error")
+
+
+def test_ledger_names_an_item_with_zeroed_bytes_torn_and_never_a_key():
+    """A record torn by a power cut (whole header, zeroed data) is its own delivery."""
+    assert _key(b"3.1.7|xxxx") == "3.1.7"
+    first, second = _key(b"\0" * 8 + b"|xx"), _key(b"\0" * 8 + b"|xx")
+    assert first.startswith(TORN) and second.startswith(TORN) and first != second
+    assert _key(b"3.1.7|xx" + b"\0" * 512).startswith(TORN)  # key whole, data zeroed
+    assert _key(bytes([0xFF, 0xFE]) + b"|x") == "\xff\xfe"  # any bytes decode
 
 
 def test_ledger_excuses_a_missing_plain_get_item_only_by_gets_cut_after_its_store():
