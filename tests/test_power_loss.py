@@ -471,7 +471,8 @@ def test_random_power_cuts_under_load_lose_no_acknowledged_item(lazyfs, tmp_path
     campaign.srv = srv
     campaign.srv.kill = _power_loss_kill(srv)
     # Half the cuts write back a random half of the unsynced sectors: an unacknowledged
-    # record can come back with its data zeroed (counted as torn, not as a phantom).
+    # record can come back with its data zeroed (counted as torn, not as a phantom), and a
+    # segment the writer had left for a newer one can end torn (a reader skips that tail).
     campaign.torn_possible = True
     campaign._kill_during_startup = lambda: _startup_power_loss(campaign, srv)
     lazyfs.sync_all()
