@@ -103,7 +103,7 @@ class CrashReport:
     drains: int = 0  # restarts after which every reader was drained and checked complete
     lost: int = 0
     torn: int = 0  # deliveries with zeroed bytes (only a power cut with writeback makes them)
-    damage_skipped: int = 0  # readers that skipped a torn segment tail while serving (the same)
+    damage_skipped: int = 0  # torn tails of older segments skipped by readers (power cuts only)
     #: (kind, message); kinds: lost, missing_after_restart, confirmed_returned, duplicate,
     #: replayed_not_open, phantom, torn, order, clean_restart, server_error
     violations: list[tuple[str, str]] = field(default_factory=list)
