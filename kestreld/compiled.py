@@ -43,6 +43,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.session.reply",
     "kestreld.session.fetch",
     "kestreld.session.session",
+    "kestreld.protocol.busy_poll",
     "kestreld.protocol.framing",
     "kestreld.protocol.connection",
     "kestreld.protocol.commands",

@@ -23,6 +23,7 @@ from kestreld.config.model import alias_dump_lines
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
+from kestreld.protocol.busy_poll import BusyPoll
 from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.protocol.text import TextConnection
@@ -64,6 +65,7 @@ RESTART_KEYS = (
     "metrics_address",
     "log_format",
     "checkpoint_interval",
+    "busy_poll_us",
     "expiration_timer_frequency",
     "default_status",
     "status_file",
@@ -95,6 +97,8 @@ class Server:
         self.overrides = overrides or {}
         self.stats = ServerStats()
         self.connections: set[MemcacheConnection] = set()
+        #: How long the event loop polls for the next request before it sleeps (adaptive).
+        self.busy_poll = BusyPoll(config.busy_poll_us)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
         self.queues = QueueCollection(config, self.executor)
         #: The status requests are checked against (the announced one after its grace period).
@@ -368,6 +372,7 @@ class Server:
             extra.append(("status_pending", pending.value))
         if self.membership is not None:
             extra.append(("zookeeper_connected", int(self.zookeeper_connected)))
+        extra.extend(self.busy_poll.stats())
         return render_stats(self.stats, self.queues, len(self.connections), __version__, extra)
 
     def render_dump_stats(self, names: list[str]) -> bytes:

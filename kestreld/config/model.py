@@ -308,6 +308,9 @@ class ServerConfig:
     max_line_length: int = 8 * KiB
     max_connections: int = 10_000
     checkpoint_interval: int = 1000  # ms
+    #: After answering, poll for the next request this long at most (µs, backing off when
+    #: polls run out; kestreld/protocol/busy_poll.py) before the event loop sleeps; 0 = off.
+    busy_poll_us: int = 0
     metrics_port: int | None = None
     metrics_address: str | None = None  # defaults to listen_address
     log_level: str = "info"
@@ -373,6 +376,7 @@ SERVER_KEYS: dict[str, str] = {
     "max_line_length": _SIZE,
     "max_connections": _INT,
     "checkpoint_interval": _DURATION,
+    "busy_poll_us": _INT,
     "metrics_port": _INT,
     "metrics_address": _STR,
     "log_level": _STR,
@@ -512,6 +516,8 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
                 raise ConfigError(f"{key}: {port} is already {other}")
     if server.get("admin_token") is not None and len(server["admin_token"]) < 16:
         raise ConfigError("admin_token: at least 16 characters (a random string)")
+    if server.get("busy_poll_us", 0) > 10_000:
+        raise ConfigError("busy_poll_us: at most 10000 (10 ms); 0 turns polling off")
     if server.get("max_line_length", 8 * KiB) < 64:
         raise ConfigError("max_line_length: must be at least 64 bytes")
     if "default_status" in server:

@@ -5,6 +5,7 @@
 cimport cython
 
 from kestreld.journal.clock cimport monotonic
+from kestreld.protocol.busy_poll cimport BusyPoll
 from kestreld.protocol.framing cimport Command, Framing, Sink
 from kestreld.queues.item cimport QueueItem
 from kestreld.session.fetch cimport Fetch
@@ -56,6 +57,7 @@ cdef class Connection(Sink):
     cdef public int fd
     cdef public bint spilled
     cdef public object transport_closing
+    cdef public BusyPoll poll
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1
@@ -63,7 +65,7 @@ cdef class Connection(Sink):
     cpdef bad_block(self, bint quiet)
     cpdef fatal(self, bytes reply)
 
-    @cython.locals(framing=Framing, ready=bytes, tick=Tick)
+    @cython.locals(framing=Framing, ready=bytes, tick=Tick, poll=BusyPoll, now=double)
     cpdef data_received(self, bytes data)
     cpdef bint blocked(self) except -1
     cpdef process(self, bytes data)

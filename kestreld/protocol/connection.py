@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kestreld.journal.clock import monotonic
+from kestreld.protocol.busy_poll import BusyPoll
 from kestreld.protocol.codes import GO, KEEP, LATER, SKIP, STOP
 from kestreld.protocol.framing import Command, Framing, Sink
 from kestreld.protocol.replies import (
@@ -133,6 +134,7 @@ class Connection(Sink):
         "fd",
         "spilled",
         "transport_closing",
+        "poll",
     )
 
     def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
@@ -153,6 +155,8 @@ class Connection(Sink):
         self.transport_closing: Callable[[], bool] | None = None
         #: The server's open connections (the same set): one alone answers in its own read.
         self.peers: set[Any] = server.connections
+        #: The server's poll window: told when requests arrive and when they are answered.
+        self.poll: BusyPoll = server.busy_poll
         self.peer = None
         self.framing = Framing(table, unknown, server.config.max_line_length)
         #: Replies in request order: bytes, or a PendingReply held until the journal has it.
@@ -223,7 +227,9 @@ class Connection(Sink):
 
     def data_received(self, data: bytes) -> None:
         self.traffic.bytes_read += len(data)
-        self.last_active = monotonic()
+        self.last_active = now = monotonic()
+        poll = self.poll
+        poll.arrived(now)
         framing = self.framing
         if framing.holds_input():
             ready = framing.receive(data)
@@ -246,6 +252,7 @@ class Connection(Sink):
             self.process(ready)
         finally:
             tick.release(len(self.peers) - tick.waiting <= 1)
+        poll.served()  # answered: the loop polls a while for this client's next request
 
     def eof_received(self) -> bool | None:
         """The client sent its last byte (``nc -N``, ``shutdown(SHUT_WR)``).
