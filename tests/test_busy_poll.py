@@ -24,7 +24,7 @@ async def test_polls_that_keep_running_out_back_off_up_to_the_limit():
     skipped = []
     run = 0
     for _ in range(400):
-        poll.served()
+        poll.served(True)
         if poll.polled:
             if run:
                 skipped.append(run)
@@ -39,20 +39,20 @@ async def test_polls_that_keep_running_out_back_off_up_to_the_limit():
 async def test_a_request_within_the_limit_ends_the_back_off():
     poll = BusyPoll(50)
     for _ in range(20):
-        poll.served()
+        poll.served(True)
         _run_out(poll)
     assert poll.skip > 0
-    poll.served()  # skipped
+    poll.served(True)  # skipped
     assert not poll.polled
     poll.arrived(poll.done + 10e-6)  # 10 µs after the answer: a poll would have caught it
     assert poll.skip == 0 and poll.back_off == 0
-    poll.served()
+    poll.served(True)
     assert poll.polled
 
 
 async def test_the_poll_keeps_the_loop_running_until_its_limit_then_sleeps():
     poll = BusyPoll(3000)  # 3 ms
-    poll.served()
+    poll.served(True)
     turns = 0
     started = time.monotonic()
     while poll.polling and time.monotonic() - started < 1.0:
@@ -66,22 +66,30 @@ async def test_the_poll_keeps_the_loop_running_until_its_limit_then_sleeps():
 
 async def test_a_request_during_the_poll_is_caught():
     poll = BusyPoll(10_000)
-    poll.served()
+    poll.served(True)
     await asyncio.sleep(0)
     poll.arrived(time.monotonic())
     assert poll.caught == 1 and poll.ran_out == 0
 
 
+async def test_only_a_lone_client_is_polled_for():
+    poll = BusyPoll(50)
+    poll.served(False)  # other clients connected: their requests come anyway
+    assert not poll.polled and not poll.polling and poll.done == 0.0
+    poll.served(True)
+    assert poll.polled and poll.polling
+
+
 async def test_off_means_no_poll_and_no_stats():
     poll = BusyPoll(0)
-    poll.served()
+    poll.served(True)
     assert not poll.polled and not poll.polling and poll.done == 0.0
     assert poll.stats() == []
 
 
 def test_no_running_loop_means_no_poll():
     poll = BusyPoll(50)
-    poll.served()
+    poll.served(True)
     assert not poll.polling and not poll.polled
 
 
@@ -114,6 +122,24 @@ def test_a_polling_server_answers_every_request_and_counts_its_polls(make_server
         assert stats[b"busy_poll_caught"] > stats[b"busy_poll_ran_out"]
     finally:
         client.close()
+
+
+def test_a_polling_server_does_not_poll_between_two_clients(make_server):
+    proc = make_server("busy_poll_us = 200\n")
+    first = Client(("127.0.0.1", proc.port), timeout=10)
+    second = Client(("127.0.0.1", proc.port), timeout=10)
+    try:
+        second.version()  # both connected from here on
+        before = first.stats()
+        for i in range(100):
+            assert first.set("two", b"a%d" % i, noreply=False)
+            assert second.get("two") == b"a%d" % i
+        after = first.stats()
+        for key in (b"busy_poll_caught", b"busy_poll_ran_out"):
+            assert after[key] == before[key]
+    finally:
+        first.close()
+        second.close()
 
 
 def test_an_idle_polling_server_sleeps(make_server):

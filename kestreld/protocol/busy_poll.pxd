@@ -19,6 +19,6 @@ cdef class BusyPoll:
     cdef public object _poll_bound
 
     cpdef arrived(self, double now)
-    cpdef served(self)
+    cpdef served(self, bint lone)
     cpdef _poll(self)
     cpdef list stats(self)

@@ -8,10 +8,12 @@ polls for a moment before it sleeps reads the next request as soon as it arrives
 CPU; but a poll costs its whole length in CPU, so it pays only when the client's next
 request comes sooner than a wake-up costs.  With a client that sends its next request
 within about 20 µs of the reply, server CPU per request falls by a quarter and the rate
-doubles; with one that takes 30 µs or more (its own event loop, other connections to
-serve) a poll costs more than the wake-up it spares, and with many connections polling
-takes a CPU the clients need.  So it is off unless ``busy_poll_us`` (server config) sets
-how long a poll may last; BENCHMARKS.md has both measurements.
+triples; with one that takes 30 µs or more (its own event loop, other connections to
+serve) a poll costs more than the wake-up it spares.  So it is off unless
+``busy_poll_us`` (server config) sets how long a poll may last; BENCHMARKS.md has both
+measurements.  Only a lone client is polled for (the server's only connection, or the only
+one not waiting for an item): with several, the next read comes soon anyway, and on a box
+they share the clients need the CPU a poll would take.
 
 Each poll lasts at most that limit.  The loop sees when the next request arrives: within
 the limit, the poll caught it; a poll that ran out was wasted, and the next polls are
@@ -76,9 +78,17 @@ class BusyPoll:
             self.back_off = back_off if back_off < MAX_BACK_OFF else MAX_BACK_OFF
             self.skip = self.back_off
 
-    def served(self) -> None:
-        """The requests read are answered: poll for the next ones (unless backing off)."""
+    def served(self, lone: bool) -> None:
+        """The requests read are answered: poll for the next ones, when they came from the
+        server's only client (others connected but waiting for an item do not count) and
+        polls are not backing off."""
         if self.limit == 0.0:
+            return
+        if not lone:
+            # Several clients: the next read is soon anyway, and on a box they share the
+            # clients need the CPU a poll would take.  Nothing to measure either.
+            self.done = 0.0
+            self.polled = False
             return
         self.done = monotonic()
         if self.skip:

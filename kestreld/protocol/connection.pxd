@@ -65,7 +65,7 @@ cdef class Connection(Sink):
     cpdef bad_block(self, bint quiet)
     cpdef fatal(self, bytes reply)
 
-    @cython.locals(framing=Framing, ready=bytes, tick=Tick, poll=BusyPoll, now=double)
+    @cython.locals(framing=Framing, ready=bytes, tick=Tick, poll=BusyPoll, now=double, lone=bint)
     cpdef data_received(self, bytes data)
     cpdef bint blocked(self) except -1
     cpdef process(self, bytes data)

@@ -251,8 +251,10 @@ class Connection(Sink):
         try:
             self.process(ready)
         finally:
-            tick.release(len(self.peers) - tick.waiting <= 1)
-        poll.served()  # answered: the loop polls a while for this client's next request
+            lone = len(self.peers) - tick.waiting <= 1
+            tick.release(lone)
+        # Answered: a lone client's next request is polled for a while (busy_poll_us).
+        poll.served(lone)
 
     def eof_received(self) -> bool | None:
         """The client sent its last byte (``nc -N``, ``shutdown(SHUT_WR)``).
