@@ -97,7 +97,7 @@ class Server:
         self.overrides = overrides or {}
         self.stats = ServerStats()
         self.connections: set[MemcacheConnection] = set()
-        #: How long the event loop polls for the next request before it sleeps (adaptive).
+        #: Polls for a lone client's next request before the loop sleeps (busy_poll_us; off: 0).
         self.busy_poll = BusyPoll(config.busy_poll_us)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
         self.queues = QueueCollection(config, self.executor)

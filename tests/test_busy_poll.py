@@ -10,6 +10,7 @@ import time
 import pytest
 from pymemcache.client.base import Client
 
+from kestreld.bench.servers import cpu_seconds
 from kestreld.config import ConfigError, build_config
 from kestreld.protocol.busy_poll import MAX_BACK_OFF, BusyPoll
 
@@ -149,17 +150,10 @@ def test_an_idle_polling_server_sleeps(make_server):
         s.sendall(b"set idle 0 0 1\r\nx\r\n")
         assert s.recv(100) == b"STORED\r\n"
         time.sleep(0.2)
-        before = _cpu_seconds(proc.proc.pid)
+        before = cpu_seconds(proc.proc.pid)
         time.sleep(1.0)
-        after = _cpu_seconds(proc.proc.pid)
+        after = cpu_seconds(proc.proc.pid)
     assert after - before < 0.2  # the periodic timers only; a poll would take the second
-
-
-def _cpu_seconds(pid: int) -> float:
-    import os
-
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_server_without_busy_poll_shows_no_poll_stats(server):

@@ -16,42 +16,17 @@ Darner (``--darner`` or ``DARNER_BIN``) alternate, each on a fresh folder.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
-from kestreld.bench.servers import darner_path
-from kestreld.testing.process import KestreldProcess
+from kestreld.bench.servers import DarnerServer, KestreldServer, cpu_seconds, darner_path
 
 SIZE = 1024
 PREFILL_BATCH = 100
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _connect(port: int) -> socket.socket:
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)  # started: listening
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
@@ -84,41 +59,25 @@ def measure(port: int, pid: int, op: str, seconds: float) -> tuple[int, float]:
         }[op]
         for _ in range(1000):  # warm up
             _exchange(sock, request, end)
-        started_cpu, started, n = _cpu_seconds(pid), time.monotonic(), 0
+        started_cpu, started, n = cpu_seconds(pid), time.monotonic(), 0
         while time.monotonic() - started < seconds:
             for _ in range(500):
                 reply = _exchange(sock, request, end)
             if op != "set" and not reply.startswith(b"VALUE"):
                 raise RuntimeError(f"{op}: the prefilled queue ran dry")
             n += 500
-        return n, (_cpu_seconds(pid) - started_cpu) / n * 1e6
+        return n, (cpu_seconds(pid) - started_cpu) / n * 1e6
     finally:
         sock.close()
 
 
-def run_kestreld(config: str, op: str, seconds: float) -> tuple[int, float]:
-    with tempfile.TemporaryDirectory() as d:
-        proc = KestreldProcess(Path(d) / "queues", config + "\n")
-        proc.start()
-        try:
-            return measure(proc.port, proc.proc.pid, op, seconds)
-        finally:
-            proc.stop()
-
-
-def run_darner(binary: str, op: str, seconds: float) -> tuple[int, float]:
-    with tempfile.TemporaryDirectory() as d:
-        port = _free_port()
-        proc = subprocess.Popen(
-            [binary, "-p", str(port), "-d", d],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            return measure(port, proc.pid, op, seconds)
-        finally:
-            proc.terminate()
-            proc.wait(10)
+def run(server: DarnerServer | KestreldServer, op: str, seconds: float) -> tuple[int, float]:
+    """``op`` against a fresh ``server``: (requests, server CPU µs per request)."""
+    server.start()
+    try:
+        return measure(server.port, server.pid, op, seconds)
+    finally:
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,17 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     darner = darner_path(args.darner)
+    servers = [("kestreld", lambda: KestreldServer(args.config + "\n"))]
+    if darner:
+        servers.append(("Darner", lambda: DarnerServer(darner)))
     for r in range(args.rounds):
         for op in args.ops.split(","):
-            n, cost = run_kestreld(args.config, op, args.seconds)
-            print(
-                f"round {r + 1} {op:4} kestreld {cost:6.2f} µs/request ({n / args.seconds:,.0f}/s)"
-            )
-            if darner:
-                n, cost = run_darner(darner, op, args.seconds)
-                print(
-                    f"round {r + 1} {op:4} Darner   {cost:6.2f} µs/request ({n / args.seconds:,.0f}/s)"
-                )
+            for name, server in servers:
+                n, cost = run(server(), op, args.seconds)
+                rate = n / args.seconds
+                print(f"round {r + 1} {op:4} {name:8} {cost:6.2f} µs/request ({rate:,.0f}/s)")
     return 0
 
 

@@ -155,7 +155,7 @@ class Connection(Sink):
         self.transport_closing: Callable[[], bool] | None = None
         #: The server's open connections (the same set): one alone answers in its own read.
         self.peers: set[Any] = server.connections
-        #: The server's poll window: told when requests arrive and when they are answered.
+        #: The server's busy poll: told when requests arrive and when they are answered.
         self.poll: BusyPoll = server.busy_poll
         self.peer = None
         self.framing = Framing(table, unknown, server.config.max_line_length)
