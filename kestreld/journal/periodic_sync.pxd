@@ -22,6 +22,7 @@ cdef class PeriodicSync:
     cdef public object _timer
     cdef public bint _sync_again
     cdef public object _loop
+    cdef public object _failed
 
     @cython.locals(batch=Batch)
     cpdef bint written(self, list batches) except -1

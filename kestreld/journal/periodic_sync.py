@@ -12,6 +12,10 @@ decides when they are acknowledged:
 The files synced are the current segment, segments retired by a rotation
 (closed after their last fsync), the readers' progress files written since
 the last fsync, and the folder after a new file appeared in it.
+
+A failed fsync fails every batch written and not yet acknowledged (written
+during it too: they lie behind what it could not write), and tells the
+writer, which cuts its files back and starts a new segment.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class PeriodicSync:
         "_timer",
         "_sync_again",
         "_loop",
+        "_failed",
     )
 
     def __init__(
@@ -71,6 +76,7 @@ class PeriodicSync:
         executor: Executor | None,
         acknowledge: Callable[[Batch], None],
         current_fd: Callable[[], int],
+        failed: Callable[[str], None] | None = None,
     ) -> None:
         self.queue = queue
         self.folder = folder
@@ -78,6 +84,7 @@ class PeriodicSync:
         self.executor = executor
         self._acknowledge = acknowledge  # the batch is safe: readers may see it, waiters learn
         self._current_fd = current_fd  # the segment being appended to (-1: none open)
+        self._failed = failed  # an fsync failed: the writer gives up what it had not acknowledged
         self.failed_until = 0.0  # monotonic time until which writes are refused
         self._unsynced: list[Batch] = []  # written, waiting for an fsync (sync_journal = 0)
         self._retired_fds: list[int] = []  # files no longer written: fsync, then close
@@ -200,11 +207,16 @@ class PeriodicSync:
             self.refuse_writes()
             if folder is not None:
                 self._dir_dirty = True  # the folder's names are not known durable yet
+            # Written during this fsync, behind what it failed to write: they fail too.
+            waiting += self._unsynced
+            self._unsynced = []
         for batch in waiting:
             if error is None:
                 self._acknowledge(batch)
             else:
                 batch.resolve(error)
+        if error is not None and self._failed is not None:
+            self._failed(error)
         if self._unsynced or (self.sync_journal == 0 and self._retired_fds):
             self._start()
         elif self._sync_again and self._timer is None and self.sync_journal:

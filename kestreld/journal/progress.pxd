@@ -13,6 +13,7 @@ cdef class ProgressLog:
     cdef public object path
     cdef public int fd
     cdef public long long size
+    cdef public long long acked_size
     cdef public object _state
     cdef public object _on_acked
     cdef public list _pending
@@ -28,6 +29,7 @@ cdef class ProgressLog:
 
     @cython.locals(ids=list, batch=Batch)
     cpdef Batch write(self)
+    @cython.locals(end=cython.longlong)
     cpdef _resolved(self, Batch batch)
     cpdef bint take_created(self)
 

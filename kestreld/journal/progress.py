@@ -43,6 +43,7 @@ class ProgressLog:
         "path",
         "fd",
         "size",
+        "acked_size",
         "_state",
         "_on_acked",
         "_pending",
@@ -58,6 +59,7 @@ class ProgressLog:
         self.path = path
         self.fd = -1
         self.size = 0  # bytes of whole records in the file, where a failed append is cut back to
+        self.acked_size = 0  # bytes up to the last acknowledged append, where a failed fsync cuts
         self._state = state
         self._on_acked = on_acked
         self._pending: list[int] = []  # confirmed ids not yet written
@@ -152,11 +154,22 @@ class ProgressLog:
             self._on_acked(ids, batch)
             return None
         self.size += len(record)
+        batch.end_offset = self.size
         self._inflight[batch] = ids
         batch.add_done_callback(self._resolved_bound)
         return batch
 
     def _resolved(self, batch: Batch) -> None:
+        end = batch.end_offset  # -1: appended to a file a rewrite has replaced since
+        if end >= 0:
+            if batch.error is None:
+                if end > self.acked_size:
+                    self.acked_size = end
+            elif self.size > self.acked_size:
+                # A failed fsync: those confirms may reach the disk or not, and must not
+                # (the reads stay open, and are delivered again after a restart).
+                self.size = self.acked_size
+                self._cut_back()
         ids = self._inflight.pop(batch, None)
         if ids is not None:
             self._on_acked(ids, batch)
@@ -164,7 +177,7 @@ class ProgressLog:
     def _open(self) -> None:
         self.created = not os.path.exists(self.path)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self.size = self.acked_size = os.fstat(self.fd).st_size
 
     def _cut_back(self) -> None:
         if self.fd < 0:
@@ -184,6 +197,8 @@ class ProgressLog:
         """
         old, self.fd = self.fd, -1
         self.compacting = False
+        for batch in self._inflight:
+            batch.end_offset = -1  # offsets in the old file: nothing to cut in the new one
         return old
 
     def close(self) -> int:

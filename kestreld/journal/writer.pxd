@@ -41,6 +41,7 @@ cdef class WriterJournal(Flushing):
     cdef public object put_id
     cdef public Segment put_segment
     cdef public long long put_offset
+    cdef public bint _fresh_segment
 
     cpdef bint available(self) except -1
 

@@ -75,6 +75,7 @@ class WriterJournal(Flushing):
         "put_id",
         "put_segment",
         "put_offset",
+        "_fresh_segment",
     )
 
     def __init__(
@@ -116,8 +117,16 @@ class WriterJournal(Flushing):
         self.put_id = 0
         self.put_segment: Segment | None = None
         self.put_offset = 0
+        #: An fsync failed: the next put starts a new segment (see :meth:`_sync_failed`).
+        self._fresh_segment = False
         self.sync = PeriodicSync(
-            queue, folder, sync_journal, executor, self._acknowledge, lambda: self._fd
+            queue,
+            folder,
+            sync_journal,
+            executor,
+            self._acknowledge,
+            lambda: self._fd,
+            self._sync_failed,
         )
 
     @property
@@ -280,7 +289,11 @@ class WriterJournal(Flushing):
         length = len(header) + size
         segments = self.segments
         seg = segments[-1] if segments else None
-        if seg is None or (seg.size + length > self.max_journal_size and seg.size > MAGIC_SIZE):
+        if (
+            seg is None
+            or (seg.size + length > self.max_journal_size and seg.size > MAGIC_SIZE)
+            or self._fresh_segment
+        ):
             self._rotate()
             seg = self.segments[-1]
         offset = seg.size
@@ -351,6 +364,7 @@ class WriterJournal(Flushing):
 
     def _rotate(self) -> None:
         """Start a new segment; the old one is written out, then synced and closed."""
+        self._fresh_segment = False
         self.write_buffer()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -415,6 +429,39 @@ class WriterJournal(Flushing):
         # The ids of the failed batch are gone from disk; the segment keeps its range.
         self.sync.refuse_writes()
         log.warning("journal_batch_dropped", queue=self.queue, bytes=lost)
+
+    def _sync_failed(self, error: str) -> None:
+        """An fsync failed: give up the segment's unacknowledged tail and the segment.
+
+        What was written since the last good fsync may never reach the disk (the
+        kernel marks those pages clean and may drop them), so a put appended after
+        it would sit behind a hole: cut with it when the segment is recovered, or
+        skipped with it by a reader.  Every batch not yet acknowledged has failed
+        (the sync resolved those it held; the tick's buffer fails here), the file
+        is cut back to its acknowledged end, and the next put starts a new segment.
+        """
+        batch, self._batch = self._batch, None
+        if batch is not None:
+            batch.resolve(error)
+        lost = self._buf_size
+        self._buf = []
+        self._buf_size = 0
+        seg = self.current
+        fd, self._fd = self._fd, -1
+        if fd >= 0 and seg is not None:
+            seg.size = seg.written
+            end = max(seg.visible, MAGIC_SIZE)
+            if seg.written > end:
+                try:
+                    os.ftruncate(fd, end)
+                    lost += seg.written - end
+                    seg.size = seg.written = end
+                except OSError:
+                    pass  # readers stop at ``visible``; recovery cuts what is left
+            _close(fd)
+        if seg is not None:
+            self._fresh_segment = True
+        log.warning("journal_segment_abandoned", queue=self.queue, bytes=lost, error=error)
 
     def flush(self) -> None:
         """Write this tick's puts and confirms; acknowledge them now, or after one fsync."""
