@@ -304,21 +304,23 @@ def test_a_confirm_refused_by_a_failed_fsync_is_cut_and_later_confirms_stay(thin
         remaining = list(small)
         stored_big = []
         thin_disk.fill()
-        # A get and a 256 KiB set in one packet: one tick, one fsync.  Until the disk
-        # refuses the set, both succeed; then the get's confirm fails with it.
+        # A 256 KiB set and a get in one packet: the get arrives with the set's last bytes,
+        # so both are written in one tick and synced by one fsync.  Until the disk refuses
+        # the set, both succeed; then the get's confirm fails with it.
         for i in range(20):
             big = _item("big", i)
-            c.send(f"get q\r\nset q 0 0 {len(big)}\r\n".encode() + big + b"\r\n")
+            c.send(f"set q 0 0 {len(big)}\r\n".encode() + big + b"\r\nget q\r\n")
+            stored = c.line()
             line = c.line()
-            if line.startswith(b"SERVER_ERROR"):
-                assert c.line().startswith(b"SERVER_ERROR"), "the set shared the failed fsync"
+            if stored.startswith(b"SERVER_ERROR"):
+                assert line.startswith(b"SERVER_ERROR"), "the get's confirm shared the fsync"
                 break
+            assert stored == b"STORED", stored
+            stored_big.append(big)
             assert line.startswith(b"VALUE "), line
             value = c.exact(int(line.split()[3]) + 2)[:-2]
             assert c.line() == b"END"
             assert value == remaining.pop(0)
-            assert c.line() == b"STORED"
-            stored_big.append(big)
         else:
             pytest.fail("the full disk never refused a put")
         thin_disk.free()

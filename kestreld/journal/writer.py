@@ -447,9 +447,10 @@ class WriterJournal(Flushing):
         self._buf = []
         self._buf_size = 0
         seg = self.current
+        if seg is not None:
+            seg.size = seg.written  # the buffered puts were never written
         fd, self._fd = self._fd, -1
         if fd >= 0 and seg is not None:
-            seg.size = seg.written
             end = max(seg.visible, MAGIC_SIZE)
             if seg.written > end:
                 try:
