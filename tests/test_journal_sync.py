@@ -236,6 +236,26 @@ def _item(kind: str, n: int) -> bytes:
     return f"{kind}{n:04d}".encode().ljust(256 * 1024, b".")
 
 
+def _value(c: Conn, line: bytes) -> bytes:
+    """The item of a get whose first reply line is ``line`` (which must be a VALUE)."""
+    assert line.startswith(b"VALUE "), line
+    value = c.exact(int(line.split()[3]) + 2)[:-2]
+    assert c.line() == b"END"
+    return value
+
+
+def _drain_after_crash(srv: KestreldProcess, disk: ThinDisk) -> list[bytes]:
+    """kill -9, drop the page cache (an unmount), restart: every item of ``q``, in order."""
+    srv.kill()
+    disk.remount()
+    srv.start()
+    c = Conn(srv.connect())
+    got = []
+    while (v := c.get("q")) is not None:
+        got.append(v)
+    return got
+
+
 def test_failed_fsync_refuses_the_put_and_loses_nothing_acknowledged(thin_disk):
     folder = thin_disk.mnt / "queues"
     srv = KestreldProcess(folder, "sync_journal = 0\n", config_path=thin_disk.base / "k.conf")
@@ -275,13 +295,7 @@ def test_failed_fsync_refuses_the_put_and_loses_nothing_acknowledged(thin_disk):
         # every item acknowledged and not yet read, in order.  Found by CI: the put stored
         # after the refusal had been appended behind the refused one's lost pages, and the
         # restart cut the segment there.
-        srv.kill()
-        thin_disk.remount()
-        srv.start()
-        c = Conn(srv.connect())
-        got = []
-        while (v := c.get("q")) is not None:
-            got.append(v)
+        got = _drain_after_crash(srv, thin_disk)
         assert [v[:12] for v in got] == [v[:12] for v in acked], "refused puts stay refused"
         assert srv.events("journal_segment_abandoned"), "the next put went to a new segment"
     finally:
@@ -317,10 +331,7 @@ def test_a_confirm_refused_by_a_failed_fsync_is_cut_and_later_confirms_stay(thin
                 break
             assert stored == b"STORED", stored
             stored_big.append(big)
-            assert line.startswith(b"VALUE "), line
-            value = c.exact(int(line.split()[3]) + 2)[:-2]
-            assert c.line() == b"END"
-            assert value == remaining.pop(0)
+            assert _value(c, line) == remaining.pop(0)
         else:
             pytest.fail("the full disk never refused a put")
         thin_disk.free()
@@ -332,17 +343,8 @@ def test_a_confirm_refused_by_a_failed_fsync_is_cut_and_later_confirms_stay(thin
                 break
             assert time.monotonic() < deadline, f"still refused: {line!r}"
             time.sleep(0.1)
-        assert line.startswith(b"VALUE "), line
-        value = c.exact(int(line.split()[3]) + 2)[:-2]
-        assert c.line() == b"END"
-        assert value == remaining.pop(0), "the refused get's item is delivered again"
-        srv.kill()
-        thin_disk.remount()
-        srv.start()
-        c = Conn(srv.connect())
-        got = []
-        while (v := c.get("q")) is not None:
-            got.append(v)
+        assert _value(c, line) == remaining.pop(0), "the refused get's item is delivered again"
+        got = _drain_after_crash(srv, thin_disk)
         assert [v[:12] for v in got] == [v[:12] for v in remaining + stored_big]
     finally:
         srv.stop()

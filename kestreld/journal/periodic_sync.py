@@ -76,7 +76,7 @@ class PeriodicSync:
         executor: Executor | None,
         acknowledge: Callable[[Batch], None],
         current_fd: Callable[[], int],
-        failed: Callable[[str], None] | None = None,
+        failed: Callable[[str], None],
     ) -> None:
         self.queue = queue
         self.folder = folder
@@ -215,7 +215,7 @@ class PeriodicSync:
                 self._acknowledge(batch)
             else:
                 batch.resolve(error)
-        if error is not None and self._failed is not None:
+        if error is not None:
             self._failed(error)
         if self._unsynced or (self.sync_journal == 0 and self._retired_fds):
             self._start()
