@@ -7,6 +7,8 @@ delivered exactly once), not any performance figure.
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 
 import pytest
 
@@ -47,6 +49,19 @@ def test_workload_runs_and_delivers_every_item_once(workload, tmp_path):
     if workload != "put-many":
         assert row.check.startswith("exactly once"), row.check
     assert row.description in rows_table([row])
+    # between two requests a server either slept or was preempted, counted per unit
+    assert 0 < row.server_sleeps + row.server_preempted < 100
+
+
+def test_context_switches_count_each_sleep_of_a_thread():
+    from kestreld.bench.servers import context_switches
+
+    voluntary, involuntary = context_switches(os.getpid())
+    for _ in range(20):
+        time.sleep(0.002)  # each one leaves the CPU: a voluntary switch
+    after = context_switches(os.getpid())
+    assert after[0] - voluntary >= 20
+    assert after[1] >= involuntary
 
 
 @pytest.mark.skipif(memcached_path() is None, reason="memcached is not installed")
@@ -239,8 +254,11 @@ def test_the_three_way_table_and_the_darner_targets():
         row("set-1k-c100-d1", "memcached", 5.0),
         row("set-sync0-1k-c100-d1", "kestreld", 9.0),  # no Darner row: not in the table
     ]
+    rows[0].server_sleeps, rows[0].server_preempted = 0.5, 0.25
+    rows[1].server_sleeps, rows[1].server_preempted = 0.125, 1.0
     table = darner_table(rows, markdown=True).splitlines()
     assert len(table) == 3
+    assert "| 0.50 + 0.25 / 0.12 + 1.00 |" in table[2]  # slept + preempted, kestreld / Darner
     assert table[2].startswith("| set-1k-c100-d1 | 6.00 | 8.00 | 5.00 | 0.75x | 1.20x |")
     assert "| 10.0 / 10.0 / 10.0 |" in table[2]  # RSS of the three
     (target,) = [t for t in evaluate(rows) if "Darner" in t.limit]

@@ -36,6 +36,12 @@ def _cpu(row: Row) -> str:
     return _n(row.server_us)
 
 
+def _switches(row: Row) -> str:
+    """How often the server left its CPU per op: it slept (voluntary context switches) +
+    it was preempted (involuntary).  Sleeping costs a wake-up on the next request."""
+    return f"{row.server_sleeps:.2f} + {row.server_preempted:.2f}"
+
+
 def _pct(f: float) -> str:
     return f"{f:.1%}" if f < 0.1 else f"{f:.0%}"
 
@@ -172,6 +178,7 @@ DARNER_COLUMNS = (
     "ops/s k / Darner / m",
     "p99 ms k / Darner / m",
     "RSS MiB k / Darner / m",
+    "slept + preempted /op k / Darner",
     "check k / Darner",
 )
 
@@ -207,6 +214,7 @@ def darner_table(rows: list[Row], markdown: bool = False) -> str:
                 " / ".join(_n(r.rate) if r else dash for r in three),
                 " / ".join(_n(r.p99_ms) if r else dash for r in three),
                 " / ".join(f"{r.rss_mib:.1f}" if r else dash for r in three),
+                " / ".join(_switches(r) if r else dash for r in (k, d)),
                 f"{k.check if k else dash} / {d.check}"
                 + (f"; Darner {d.errors} errors: {d.error_samples[:2]}" if d.errors else ""),
             ]

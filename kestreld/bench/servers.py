@@ -2,9 +2,9 @@
 
 Every server listens on a free loopback port, in a fresh state, and are
 stopped by pid when the caller is done with them.  CPU figures come from
-``/proc/<pid>/stat`` (utime + stime of the whole thread group), memory from
-``/proc/<pid>/status``; the machine's own load from ``/proc/stat`` and
-``/proc/loadavg``.
+``/proc/<pid>/stat`` (utime + stime of the whole thread group), context switches
+from each thread's ``/proc/<pid>/task/<tid>/status``, memory from ``/proc/<pid>/status``;
+the machine's own load from ``/proc/stat`` and ``/proc/loadavg``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,29 @@ def cpu_seconds(pid: int) -> float:
         stat = f.read()
     fields = stat[stat.rindex(b")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of a process, all its threads summed.
+
+    A voluntary switch is the thread going to sleep (``epoll_wait`` with nothing to read, a
+    lock); an involuntary one is the scheduler taking the CPU from a thread that could run
+    (a woken client preempting it).  Per operation they tell how a server spends the time
+    between requests: BENCHMARKS.md, the fourteenth round.  Threads that ended are not
+    counted (none of the three servers ends threads while it serves).
+    """
+    voluntary = involuntary = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"voluntary_ctxt_switches:"):
+                        voluntary += int(line.split()[1])
+                    elif line.startswith(b"nonvoluntary_ctxt_switches:"):
+                        involuntary += int(line.split()[1])
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+    return voluntary, involuntary
 
 
 def memory(pid: int) -> dict[str, int]:

@@ -24,6 +24,7 @@ from kestreld.bench.servers import (
     KestreldServer,
     MachineSample,
     MemcachedServer,
+    context_switches,
     cpu_seconds,
     memory,
 )
@@ -299,6 +300,8 @@ class Row:
     server_us_range: tuple[float, float] = (0.0, 0.0)  # over the runs
     p99_range: tuple[float, float] = (0.0, 0.0)
     instances: int = 1  # server processes; server_cpu, server_cores and RSS are their sums
+    server_sleeps: float = 0.0  # voluntary context switches per unit (the server slept)
+    server_preempted: float = 0.0  # involuntary ones per unit (a runnable server lost its CPU)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -428,6 +431,7 @@ def measure(
 
         def started() -> None:
             marks["cpu"] = sum(cpu_seconds(pid) for pid in pids)
+            marks["switches"] = [context_switches(pid) for pid in pids]
             marks["machine"] = MachineSample.now()
             marks["t"] = time.perf_counter()
             for sampler in samplers:
@@ -441,6 +445,14 @@ def measure(
             p.roles, target, seconds=spec.seconds, procs=spec.procs, on_start=started
         )
         cpu = sum(cpu_seconds(pid) for pid in pids) - marks["cpu"]  # type: ignore[operator]
+        switched = [
+            (v1 - v0, n1 - n0)
+            for (v0, n0), (v1, n1) in zip(
+                marks["switches"],  # type: ignore[arg-type]
+                (context_switches(pid) for pid in pids),
+                strict=True,
+            )
+        ]
         span = time.perf_counter() - marks["t"]  # type: ignore[operator]
         machine = MachineSample.now()
         rss_ends = [memory(pid).get("VmRSS", 0) for pid in pids]
@@ -489,6 +501,8 @@ def measure(
         error_samples=samples,
         note=p.note,
         instances=count,
+        server_sleeps=sum(v for v, _ in switched) / units if units else 0.0,
+        server_preempted=sum(n for _, n in switched) / units if units else 0.0,
     )
 
 
