@@ -53,6 +53,54 @@ def test_workload_runs_and_delivers_every_item_once(workload, tmp_path):
     assert 0 < row.server_sleeps + row.server_preempted < 100
 
 
+def test_cpu_lists_read_as_taskset_reads_them():
+    import argparse
+
+    from kestreld.bench.cli import cpu_list
+
+    mine = sorted(os.sched_getaffinity(0))
+    assert cpu_list(str(mine[0])) == {mine[0]}
+    assert cpu_list(",".join(map(str, mine))) == set(mine)
+    assert cpu_list(f"{mine[0]}-{mine[0]}") == {mine[0]}
+    for bad in ("", "x", "1-0", "-1", "0,,1", "100000"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cpu_list(bad)
+
+
+def test_a_pinned_run_places_the_server_and_the_load_generator(tmp_path):
+    cpu = min(os.sched_getaffinity(0))
+    spec = Spec("flood", size=64, connections=1, producers=1, reliable=True, seconds=1.0)
+    spec.items = 2_000
+    seen: dict[str, set[int]] = {}
+
+    def profiler(pid):  # runs as the measured load starts: where do the server's threads run?
+        tids = os.listdir(f"/proc/{pid}/task")
+        seen["server"] = set().union(*(os.sched_getaffinity(int(t)) for t in tids))
+        return _NoProfile()
+
+    row = measure(
+        spec,
+        "kestreld",
+        workdir=str(tmp_path),
+        server_cpus=frozenset({cpu}),
+        client_cpus=frozenset({cpu}),
+        profiler_factory=profiler,
+    )
+    assert row is not None and row.errors == 0 and row.check.startswith("exactly once")
+    assert seen["server"] == {cpu}
+    assert row.placement == f"server on CPU {cpu}, clients on CPU {cpu}"
+    # one CPU for all: the clients preempt the server rather than wake it
+    assert row.server_preempted > 0
+
+
+class _NoProfile:
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
 def test_context_switches_count_each_sleep_of_a_thread():
     from kestreld.bench.servers import context_switches
 

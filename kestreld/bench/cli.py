@@ -24,7 +24,14 @@ from kestreld.bench import report
 from kestreld.bench.backlog import backlog_lines, run_backlog
 from kestreld.bench.profiling import Profiler, summarize
 from kestreld.bench.servers import machine_description
-from kestreld.bench.workloads import Row, Spec, measure, median_rows, with_changes
+from kestreld.bench.workloads import (
+    Row,
+    Spec,
+    describe_placement,
+    measure,
+    median_rows,
+    with_changes,
+)
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 _UNITS = {
@@ -47,6 +54,28 @@ def size_arg(text: str) -> int:
     if not m or m[2].lower() not in _UNITS:
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 64, 1KiB, 16MiB, 1GiB)")
     return int(m[1]) * _UNITS[m[2].lower()]
+
+
+def cpu_list(text: str) -> frozenset[int]:
+    """``0``, ``0,1``, ``0-3,6``: a set of CPU numbers (as taskset -c reads them)."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            lo = int(first)
+            hi = int(last) if last else lo
+            if lo < 0 or hi < lo:
+                raise ValueError
+            cpus.update(range(lo, hi + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (e.g. 0, 0,1 or 0-3)") from None
+    available = os.sched_getaffinity(0)
+    if not cpus <= available:
+        raise argparse.ArgumentTypeError(
+            f"CPU {min(cpus - available)} is not one this process may run on "
+            f"({','.join(map(str, sorted(available)))})"
+        )
+    return frozenset(cpus)
 
 
 def log(msg: str) -> None:
@@ -96,6 +125,19 @@ def common(p: argparse.ArgumentParser, *, servers: bool = True) -> None:
     )
     g.add_argument("--profile-native", action="store_true", help="py-spy --native (C frames too)")
     g.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    g.add_argument(
+        "--server-cpus",
+        type=cpu_list,
+        metavar="LIST",
+        help="run the servers on these CPUs only, every thread (e.g. 1; default: where the "
+        "scheduler puts them)",
+    )
+    g.add_argument(
+        "--client-cpus",
+        type=cpu_list,
+        metavar="LIST",
+        help="run the load generator's processes on these CPUs only (e.g. 0)",
+    )
     if servers:
         g.add_argument(
             "--instances",
@@ -394,6 +436,8 @@ def run_rows(
                 memcached_threads=args.memcached_threads,
                 profiler_factory=profile[1] if profile else None,
                 darner=getattr(args, "darner_bin", None),
+                server_cpus=args.server_cpus,
+                client_cpus=args.client_cpus,
             )
             if row is None:
                 log(f"    (no {server} analog)")
@@ -403,6 +447,7 @@ def run_rows(
                 f"    {row.rate:,.0f} {row.unit}s/s  p99 {row.p99_ms:.2f} ms  server {row.server_us:.1f} us/{row.unit} "
                 f"({row.server_cores:.2f} cores)  client {row.client_cores:.2f} cores  others {row.others_cores:.2f}  "
                 f"RSS {row.rss_mib:.1f} MiB  {row.check}"
+                + (f"  ({row.placement})" if row.placement else "")
                 + (f"  ERRORS {row.errors}: {row.error_samples}" if row.errors else "")
             )
             if profile:
@@ -508,6 +553,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         log(f"compare: no Darner binary at {wanted!r}: measured without Darner")
     machine = machine_description()
     machine["darner"] = args.darner_bin or "not measured"
+    placement = describe_placement(args.server_cpus, args.client_cpus)
+    if placement:
+        machine["placement"] = placement
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     log(f"compare: {len(specs)} workloads x {len(servers)} servers; machine {machine}")
     runs = run_rows(specs, servers, args, repeat=args.repeat)
@@ -520,6 +568,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     targets = report.evaluate(rows, backlog)
     command = "kestreld bench " + " ".join(shlex.quote(a) for a in args.argv)
     print()
+    if placement:
+        print(f"Placement: {placement}")
+        print()
     print(report.compare_table(rows, args.markdown))
     if report.has_darner(rows):
         print()

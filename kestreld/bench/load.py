@@ -688,8 +688,10 @@ class Worker:
         }
 
 
-def _worker_main(role, indexes, port, shared, seconds, stall, barrier, out) -> None:
+def _worker_main(role, indexes, port, shared, seconds, stall, barrier, out, cpus=None) -> None:
     try:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
         worker = Worker(role, indexes, port, shared, seconds)
         out.put(worker.run(barrier, stall))
     except BaseException as e:  # report it, and never leave the others at the barrier
@@ -720,8 +722,10 @@ def run(
     procs: int = 2,
     stall: float = 30.0,
     on_start=None,
+    cpus: frozenset[int] | None = None,
 ) -> LoadResult:
     """Run the roles at once against 127.0.0.1:port; ``on_start()`` is called as they go.
+    With ``cpus``, the worker processes run on those CPUs only.
 
     With a list of ports, connection i of each role goes to ``port[i % len(port)]``.
     """
@@ -738,7 +742,7 @@ def run(
     processes = [
         ctx.Process(
             target=_worker_main,
-            args=(role, indexes, port, shared, seconds, stall, barrier, out),
+            args=(role, indexes, port, shared, seconds, stall, barrier, out, cpus),
             daemon=True,
         )
         for role, indexes, shared in plan

@@ -27,6 +27,7 @@ from kestreld.bench.servers import (
     context_switches,
     cpu_seconds,
     memory,
+    pin,
 )
 
 WORKLOADS = ("put-many", "get-drain", "flood", "leaky-reader", "fanout", "many-clients")
@@ -302,6 +303,7 @@ class Row:
     instances: int = 1  # server processes; server_cpu, server_cores and RSS are their sums
     server_sleeps: float = 0.0  # voluntary context switches per unit (the server slept)
     server_preempted: float = 0.0  # involuntary ones per unit (a runnable server lost its CPU)
+    placement: str = ""  # CPUs the server and the load generator were pinned to ("": free)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -394,9 +396,13 @@ def measure(
     memcached_threads: int | None = None,
     profiler_factory=None,
     darner: str | None = None,
+    server_cpus: frozenset[int] | None = None,
+    client_cpus: frozenset[int] | None = None,
 ) -> Row | None:
     """Run ``spec`` against a fresh ``server``; None when it has no analog of the workload.
-    ``darner`` is the Darner binary, for ``server="darner"``."""
+    ``darner`` is the Darner binary, for ``server="darner"``.  ``server_cpus`` and
+    ``client_cpus`` pin the server's threads and the load generator's processes (the
+    measured run's; a prefill runs where the scheduler puts it)."""
     p = plan(spec, server)
     if p is None:
         return None
@@ -416,6 +422,9 @@ def measure(
             )
         ports = [srv.port for srv in servers]
         pids = [srv.pid for srv in servers]
+        if server_cpus:
+            for pid in pids:
+                pin(pid, server_cpus)
         target = ports[0] if count == 1 else ports
         for port in ports:
             if p.commands:
@@ -442,7 +451,12 @@ def measure(
                 profiler.start()
 
         result = bench_load.run(
-            p.roles, target, seconds=spec.seconds, procs=spec.procs, on_start=started
+            p.roles,
+            target,
+            seconds=spec.seconds,
+            procs=spec.procs,
+            on_start=started,
+            cpus=client_cpus,
         )
         cpu = sum(cpu_seconds(pid) for pid in pids) - marks["cpu"]  # type: ignore[operator]
         switched = [
@@ -503,7 +517,21 @@ def measure(
         instances=count,
         server_sleeps=sum(v for v, _ in switched) / units if units else 0.0,
         server_preempted=sum(n for _, n in switched) / units if units else 0.0,
+        placement=describe_placement(server_cpus, client_cpus),
     )
+
+
+def describe_placement(
+    server_cpus: frozenset[int] | None, client_cpus: frozenset[int] | None
+) -> str:
+    """How a pinned run was placed, for its row ("" when the scheduler placed it)."""
+    if not (server_cpus or client_cpus):
+        return ""
+    return f"server on CPU {_cpus(server_cpus)}, clients on CPU {_cpus(client_cpus)}"
+
+
+def _cpus(cpus: frozenset[int] | None) -> str:
+    return ",".join(map(str, sorted(cpus))) if cpus else "any"
 
 
 def _check(
