@@ -40,6 +40,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
+def _threads(pid: int) -> list[int]:
+    """The thread ids of process ``pid`` now."""
+    return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+
+
 def context_switches(pid: int) -> tuple[int, int]:
     """(voluntary, involuntary) context switches of a process, all its threads summed.
 
@@ -50,7 +55,7 @@ def context_switches(pid: int) -> tuple[int, int]:
     counted (none of the three servers ends threads while it serves).
     """
     voluntary = involuntary = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for tid in _threads(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/status", "rb") as f:
                 for line in f:
@@ -66,9 +71,9 @@ def context_switches(pid: int) -> tuple[int, int]:
 def pin(pid: int, cpus: frozenset[int]) -> None:
     """Run every thread of process ``pid`` on ``cpus`` only (threads it starts later inherit
     it from theirs): a benchmark's placement, not something a server does to itself."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for tid in _threads(pid):
         try:
-            os.sched_setaffinity(int(tid), cpus)
+            os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:
             continue  # the thread ended meanwhile
 

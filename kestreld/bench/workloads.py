@@ -440,7 +440,7 @@ def measure(
 
         def started() -> None:
             marks["cpu"] = sum(cpu_seconds(pid) for pid in pids)
-            marks["switches"] = [context_switches(pid) for pid in pids]
+            marks["switches"] = _switches(pids)
             marks["machine"] = MachineSample.now()
             marks["t"] = time.perf_counter()
             for sampler in samplers:
@@ -459,14 +459,9 @@ def measure(
             cpus=client_cpus,
         )
         cpu = sum(cpu_seconds(pid) for pid in pids) - marks["cpu"]  # type: ignore[operator]
-        switched = [
-            (v1 - v0, n1 - n0)
-            for (v0, n0), (v1, n1) in zip(
-                marks["switches"],  # type: ignore[arg-type]
-                (context_switches(pid) for pid in pids),
-                strict=True,
-            )
-        ]
+        slept, preempted = _switches(pids)
+        slept0, preempted0 = marks["switches"]  # type: ignore[misc]
+        slept, preempted = slept - slept0, preempted - preempted0
         span = time.perf_counter() - marks["t"]  # type: ignore[operator]
         machine = MachineSample.now()
         rss_ends = [memory(pid).get("VmRSS", 0) for pid in pids]
@@ -515,10 +510,16 @@ def measure(
         error_samples=samples,
         note=p.note,
         instances=count,
-        server_sleeps=sum(v for v, _ in switched) / units if units else 0.0,
-        server_preempted=sum(n for _, n in switched) / units if units else 0.0,
+        server_sleeps=slept / units if units else 0.0,
+        server_preempted=preempted / units if units else 0.0,
         placement=describe_placement(server_cpus, client_cpus),
     )
+
+
+def _switches(pids: list[int]) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of the servers, summed."""
+    counts = [context_switches(pid) for pid in pids]
+    return sum(v for v, _ in counts), sum(n for _, n in counts)
 
 
 def describe_placement(
