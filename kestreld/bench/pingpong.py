@@ -10,13 +10,16 @@ connections from an epoll loop and sends later; the two bracket what a one-conne
 client does (BENCHMARKS.md, the thirteenth round).  ``get`` and ``rget`` (``get
 q/close/open``) read a queue prefilled with enough items.  Server CPU is the process's user
 + system time over the round (/proc), so the client's own cost is not in it.  kestreld and
-Darner (``--darner`` or ``DARNER_BIN``) alternate, each on a fresh folder.
+Darner (``--darner`` or ``DARNER_BIN``) alternate, each on a fresh folder, the one that
+goes first changing from round to round; the last lines give each server's median and,
+with Darner, kestreld / Darner round by round (median, mean, rounds at or under 1×).
 """
 
 from __future__ import annotations
 
 import argparse
 import socket
+import statistics
 import time
 
 from kestreld.bench.servers import DarnerServer, KestreldServer, cpu_seconds, darner_path
@@ -80,6 +83,25 @@ def run(server: DarnerServer | KestreldServer, op: str, seconds: float) -> tuple
         server.stop()
 
 
+def summarize(costs: dict[tuple[str, str], list[float]], names: list[str]) -> list[str]:
+    """One line per op: each server's median µs per request over the rounds and, with a
+    peer, kestreld / peer per round (median, mean, and the rounds at or under 1)."""
+    lines = []
+    ops = list(dict.fromkeys(op for op, _ in costs))
+    for op in ops:
+        parts = [f"{name} {statistics.median(costs[op, name]):.2f}" for name in names]
+        line = f"median {op:4} " + ", ".join(parts) + " µs/request"
+        for peer in names[1:]:
+            ratios = [k / p for k, p in zip(costs[op, names[0]], costs[op, peer], strict=True)]
+            under = sum(r <= 1 for r in ratios)
+            line += (
+                f"; {names[0]} / {peer} per round: median {statistics.median(ratios):.3f}x,"
+                f" mean {statistics.fmean(ratios):.3f}x, at or under 1x in {under} of {len(ratios)}"
+            )
+        lines.append(line)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="", help="kestreld config text (TOML)")
@@ -92,12 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     servers = [("kestreld", lambda: KestreldServer(args.config + "\n"))]
     if darner:
         servers.append(("Darner", lambda: DarnerServer(darner)))
+    names = [name for name, _ in servers]
+    costs: dict[tuple[str, str], list[float]] = {}
     for r in range(args.rounds):
         for op in args.ops.split(","):
-            for name, server in servers:
+            # Who goes first alternates from round to round: neither server always runs
+            # on the machine the other has just warmed (or left busy).
+            for name, server in servers if r % 2 == 0 else servers[::-1]:
                 n, cost = run(server(), op, args.seconds)
+                costs.setdefault((op, name), []).append(cost)
                 rate = n / args.seconds
                 print(f"round {r + 1} {op:4} {name:8} {cost:6.2f} µs/request ({rate:,.0f}/s)")
+    for line in summarize(costs, names):
+        print(line)
     return 0
 
 
