@@ -309,6 +309,36 @@ async def test_flush_with_an_open_read_holds_its_id_only(tmp_path):
     journal.close()
 
 
+async def test_a_failed_confirm_kept_by_a_rewrite_is_rewritten_away_at_once(tmp_path):
+    """A confirm appended, then a rewrite of the progress file (which keeps the ids in
+    flight as done: they are on disk already), then the confirm's fsync fails: the read
+    stays open, and the file is rewritten without it at once, not at the next interval
+    (a crash meanwhile would never deliver the item again)."""
+    journal, reader = _journaled_reader(str(tmp_path))
+    await _put(journal, reader, b"a")
+    await _put(journal, reader, b"b")
+    read = reader.open(reader.take(NOW))
+    asked = []
+    reader.ask_rewrites_from(asked.append)  # the queue rewrites it on the loop's next turn
+    reader.confirm(read)
+    batch = reader.progress.write()  # appended; its group fsync has not finished
+    reader.dirty = True
+    job = reader.start_compaction()
+    job.run()
+    reader.finish_compaction(job)
+    assert 1 in read_checkpoint(reader.progress.path).done  # the rewrite kept it
+    batch.resolve("journal fsync failed: Input/output error")
+    assert asked == [reader]
+    reader.reopen(read)  # what the session does with a failed confirm
+    reader.compact_now()
+    assert 1 not in read_checkpoint(reader.progress.path).done
+    assert 1 in reader.open_reads and reader.done == set()
+    reader.confirm(read)  # confirmed again once the disk takes it
+    journal.flush()
+    assert 1 in read_checkpoint(reader.progress.path).done
+    journal.close()
+
+
 def test_one_id_read_done_is_the_same_record_as_the_general_form():
     """A READ_DONE of one id has its own fast encoder (issue 28): same bytes, same meaning."""
     general = struct.pack("<Bi", 0x91, 8) + struct.pack("<1q", 12)

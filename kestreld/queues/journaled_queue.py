@@ -175,6 +175,7 @@ class JournaledQueue:
     def _new_reader(self, rname: str) -> Reader:
         cfg = self.server_config.queue(self.name if not rname else f"{self.name}+{rname}")
         reader = Reader(self.name, rname, cfg, self.folder, self.journal)
+        reader.ask_rewrites_from(self.compact_soon)
         self.readers[rname] = reader
         self._readers_changed()
         return reader
@@ -375,15 +376,27 @@ class JournaledQueue:
     # --- durability -----------------------------------------------------------------------
 
     def compact_soon(self, reader: Reader) -> None:
-        """Rewrite one reader's progress file now, off the loop."""
+        """Rewrite one reader's progress file soon, off the loop (the reader asks).
+
+        It starts on the loop's next turn, so that whoever held the reads of a failed
+        confirm has taken them back (``Reader.reopen``) before the state is taken.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop runs (an offline tool): rewrite now
+            self._rewrite(reader, None)
+            return
+        loop.call_soon(self._rewrite, reader, loop)
+
+    def _rewrite(self, reader: Reader, loop: asyncio.AbstractEventLoop | None) -> None:
         job = reader.start_compaction()
         if job is None:
-            return
-        if self.executor is None:
+            return  # a rewrite runs already (the reader stays dirty: the next one)
+        if self.executor is None or loop is None:
             job.run()
             reader.finish_compaction(job)
             return
-        fut = asyncio.get_running_loop().run_in_executor(self.executor, job.run)
+        fut = loop.run_in_executor(self.executor, job.run)
         fut.add_done_callback(lambda _: reader.finish_compaction(job))
 
     def compactions(self) -> list[Compaction]:

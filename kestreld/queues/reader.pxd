@@ -52,6 +52,7 @@ cdef class Reader:
     cdef public WriterJournal _journal
     cdef public object on_expired
     cdef public object on_aborted
+    cdef public object on_rewrite_needed
     cdef public long long total_items
     cdef public long long expired_items
     cdef public long long discarded

@@ -134,6 +134,7 @@ class Reader:
         "_journal",
         "on_expired",
         "on_aborted",
+        "on_rewrite_needed",
         "total_items",
         "expired_items",
         "discarded",
@@ -182,6 +183,9 @@ class Reader:
                 self._progress_acked,
             )
         self.on_expired: Callable[[Reader, QueueItem], None] | None = None
+        # Asked for a rewrite of the progress file now, not at the next interval (the
+        # queue runs it off the loop): see _progress_acked.
+        self.on_rewrite_needed: Callable[[Reader], None] | None = None
         # Given the aborted items (error counts raised), returns those that go back to
         # the head; the others are on their way to an error queue (see punted()).
         self.on_aborted: Callable[[Reader, list[QueueItem]], list[QueueItem]] | None = None
@@ -519,6 +523,12 @@ class Reader:
             # The record may be on disk although the write or fsync failed: the
             # next rewrite replaces the file by the state without those ids.
             self.dirty = True
+            if batch.end_offset < 0 and self.on_rewrite_needed is not None:
+                # Appended to a file a rewrite has replaced since: that rewrite kept
+                # these ids as done (they were in flight), and it is durable.  Until
+                # the file is rewritten again a crash would forget reads that are
+                # still open, so the rewrite runs now.
+                self.on_rewrite_needed(self)
 
     def abort(self, reads: list[OpenRead]) -> None:
         """Give open reads back to the head of the queue, in their original order."""
@@ -808,6 +818,11 @@ class Reader:
         if job is not None:
             job.run()
             self.finish_compaction(job)
+
+    def ask_rewrites_from(self, callback: Callable[[Reader], None]) -> None:
+        """Who rewrites the progress file when it must not wait for the next interval
+        (the queue: it owns the executor the rewrite runs on)."""
+        self.on_rewrite_needed = callback
 
     def forward_expired_to(self, callback: Callable[[Reader, QueueItem], None]) -> None:
         """Where expired items go (``expire_to_queue``; the collection knows the queues)."""
