@@ -37,7 +37,8 @@ def test_the_summary_gives_medians_and_the_ratio_round_by_round():
     assert "at or under 1x in 2 of 3" in line
 
 
-@pytest.mark.skipif(not darner_path(), reason="no Darner binary (DARNER_BIN)")
+@pytest.mark.peer
+@pytest.mark.skipif(not darner_path(), reason="no Darner binary (set DARNER_BIN)")
 def test_pingpong_alternates_which_server_goes_first(capsys):
     assert main(["--ops", "set", "--seconds", "0.3", "--rounds", "2"]) == 0
     rounds = [
