@@ -7,7 +7,8 @@ import re
 import pytest
 
 from kestreld.bench.pingpong import main, summarize
-from kestreld.bench.servers import darner_path
+from kestreld.bench.servers import KestreldServer, darner_path
+from kestreld.bench.tight_client import TightClient, build
 
 
 def test_pingpong_reports_server_cpu_per_request_for_each_op(capsys):
@@ -47,3 +48,32 @@ def test_pingpong_alternates_which_server_goes_first(capsys):
         if line.startswith("round ")
     ]
     assert rounds == ["kestreld", "Darner", "Darner", "kestreld"]
+
+
+def test_the_c_client_measures_the_same_ops(capsys):
+    args = ["--client", "c", "--ops", "set,get,rget", "--seconds", "0.3", "--rounds", "1"]
+    assert main([*args, "--darner", ""]) == 0
+    rounds = [line for line in capsys.readouterr().out.splitlines() if line.startswith("round ")]
+    assert [line.split()[2] for line in rounds] == ["set", "get", "rget"]
+    for line in rounds:
+        m = re.search(r"kestreld +([\d.]+) µs/request \(([\d,]+)/s\)", line)
+        assert m, line
+        assert float(m.group(1)) > 0 and int(m.group(2).replace(",", "")) > 0
+
+
+def test_the_c_client_stops_with_the_reply_it_did_not_expect(tmp_path):
+    program = build(tmp_path)
+    server = KestreldServer("")
+    server.start()
+    try:
+        client = TightClient(program, server.port, "get", 0.2, prefill=0)  # nothing to get
+        try:
+            client.start()  # warm-up gets of an empty queue: END, as a warm-up allows
+            with pytest.raises(RuntimeError, match=r"status 2\).*get: no item: END"):
+                client.run()
+        finally:
+            client.stop()
+    finally:
+        server.stop()
+    with pytest.raises(ValueError, match="unknown op"):
+        TightClient(program, server.port, "delete", 0.2, prefill=0)

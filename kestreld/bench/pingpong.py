@@ -2,6 +2,7 @@
 
     python -m kestreld.bench.pingpong [--config 'busy_poll_us = 30'] [--darner PATH]
                                       [--ops set,get,rget] [--seconds 3] [--rounds 2]
+                                      [--client python|c]
 
 The tightest client there is: ``sendall`` a request, ``recv`` to the end of its reply, send
 the next (no event loop, no other connection), so the server sees the shortest gap between
@@ -13,6 +14,9 @@ q/close/open``) read a queue prefilled with enough items.  Server CPU is the pro
 Darner (``--darner`` or ``DARNER_BIN``) alternate, each on a fresh folder, the one that
 goes first changing from round to round; the last lines give each server's median and,
 with Darner, kestreld / Darner round by round (median, mean, rounds at or under 1×).
+``--client c`` runs the same loop from a small C program
+(:mod:`kestreld.bench.tight_client`, compiled with the machine's ``cc`` for the run): no
+interpreter between a reply and the next request.
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 from kestreld.bench.servers import DarnerServer, KestreldServer, cpu_seconds, darner_path
+from kestreld.bench.tight_client import TightClient, build
 
 SIZE = 1024
 PREFILL_BATCH = 100
@@ -45,15 +52,20 @@ def _exchange(sock: socket.socket, request: bytes, end: bytes) -> bytes:
     return reply
 
 
+def _prefill(seconds: float) -> int:
+    """Items stored before a get or rget round: more than a round can read."""
+    return int(seconds * 60_000 / PREFILL_BATCH) * PREFILL_BATCH
+
+
 def measure(port: int, pid: int, op: str, seconds: float) -> tuple[int, float]:
     """Run ``op`` for ``seconds``: (requests, server CPU µs per request)."""
     data = b"x" * SIZE
     set_request = b"set q 0 0 %d\r\n%s\r\n" % (SIZE, data)
     sock = _connect(port)
     try:
-        if op in ("get", "rget"):  # prefill more than a round can read
+        if op in ("get", "rget"):
             batch = set_request * PREFILL_BATCH
-            for _ in range(int(seconds * 60_000 / PREFILL_BATCH)):
+            for _ in range(_prefill(seconds) // PREFILL_BATCH):
                 _exchange(sock, batch, b"STORED\r\n" * PREFILL_BATCH)
         request, end = {
             "set": (set_request, b"STORED\r\n"),
@@ -74,10 +86,29 @@ def measure(port: int, pid: int, op: str, seconds: float) -> tuple[int, float]:
         sock.close()
 
 
-def run(server: DarnerServer | KestreldServer, op: str, seconds: float) -> tuple[int, float]:
-    """``op`` against a fresh ``server``: (requests, server CPU µs per request)."""
+def measure_compiled(
+    program: Path, port: int, pid: int, op: str, seconds: float
+) -> tuple[int, float]:
+    """:func:`measure` with the C client ``program`` (:mod:`kestreld.bench.tight_client`)."""
+    client = TightClient(program, port, op, seconds, _prefill(seconds) if op != "set" else 0)
+    try:
+        client.start()  # connected, prefilled, warmed up
+        started_cpu = cpu_seconds(pid)
+        n = client.run()
+        return n, (cpu_seconds(pid) - started_cpu) / n * 1e6
+    finally:
+        client.stop()
+
+
+def run(
+    server: DarnerServer | KestreldServer, op: str, seconds: float, program: Path | None = None
+) -> tuple[int, float]:
+    """``op`` against a fresh ``server`` (with the C client ``program``, if given):
+    (requests, server CPU µs per request)."""
     server.start()
     try:
+        if program is not None:
+            return measure_compiled(program, server.port, server.pid, op, seconds)
         return measure(server.port, server.pid, op, seconds)
     finally:
         server.stop()
@@ -109,7 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", default="set,get,rget")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--client",
+        choices=("python", "c"),
+        default="python",
+        help="the loop in Python (default) or in C, compiled with cc for the run",
+    )
     args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="kestreld-pingpong-") as scratch:
+        program = build(Path(scratch)) if args.client == "c" else None
+        return _rounds(args, program)
+
+
+def _rounds(args: argparse.Namespace, program: Path | None) -> int:
     darner = darner_path(args.darner)
     servers = [("kestreld", lambda: KestreldServer(args.config + "\n"))]
     if darner:
@@ -121,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             # Who goes first alternates from round to round: neither server always runs
             # on the machine the other has just warmed (or left busy).
             for name, server in servers if r % 2 == 0 else servers[::-1]:
-                n, cost = run(server(), op, args.seconds)
+                n, cost = run(server(), op, args.seconds, program)
                 costs.setdefault((op, name), []).append(cost)
                 rate = n / args.seconds
                 print(f"round {r + 1} {op:4} {name:8} {cost:6.2f} µs/request ({rate:,.0f}/s)")
