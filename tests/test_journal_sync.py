@@ -302,6 +302,51 @@ def test_failed_fsync_refuses_the_put_and_loses_nothing_acknowledged(thin_disk):
         srv.stop()
 
 
+def test_an_outage_of_failing_fsyncs_keeps_one_segment_for_its_refused_puts(thin_disk):
+    """Every retry window of an outage abandons the segment its puts went to; one holding
+    no acknowledged put is started again, empty, rather than followed by another file."""
+    folder = thin_disk.mnt / "queues"
+    srv = KestreldProcess(folder, "sync_journal = 0\n", config_path=thin_disk.base / "k.conf")
+    srv.start()
+    try:
+        c = Conn(srv.connect())
+        acked = [_item("before", i) for i in range(3)]
+        for item in acked:
+            assert c.set("q", item) == b"STORED"
+        thin_disk.fill()
+        for i in range(20):
+            reply = c.set("q", _item("refused", i))
+            if reply != b"STORED":
+                break
+            acked.append(_item("refused", i))
+        assert reply.startswith(b"SERVER_ERROR"), reply
+        # A client that keeps putting through the outage: one try per retry window (1 s)
+        # reaches the disk, and its fsync fails.
+        deadline = time.monotonic() + 30
+        while len(srv.events("journal_segment_abandoned")) < 4:
+            assert time.monotonic() < deadline, "the retry windows did not come"
+            reply = c.set("q", _item("outage", 0))
+            assert reply.startswith(b"SERVER_ERROR"), reply
+            time.sleep(0.05)
+        segments = sorted(p.name for p in folder.iterdir() if re.fullmatch(r"q\.\d+", p.name))
+        # The segment of the acknowledged puts, and one for the refused ones (before: one
+        # more per retry window).
+        assert len(segments) == 2, segments
+        assert srv.events("journal_segment_restarted"), "the header-only segment was reused"
+        thin_disk.free()
+        n = 0
+        while (reply := c.set("q", _item("after", n))) != b"STORED":
+            assert reply.startswith(b"SERVER_ERROR"), reply
+            assert time.monotonic() < deadline + 30, f"still refused: {reply!r}"
+            time.sleep(0.1)
+            n += 1
+        acked.append(_item("after", n))
+        got = _drain_after_crash(srv, thin_disk)
+        assert [v[:12] for v in got] == [v[:12] for v in acked], "refused puts stay refused"
+    finally:
+        srv.stop()
+
+
 def test_a_confirm_refused_by_a_failed_fsync_is_cut_and_later_confirms_stay(thin_disk):
     """A get whose confirm shared a failed fsync is refused and its item delivered again;
     a confirm acknowledged after the failure is durable (not behind the failed one)."""

@@ -364,7 +364,12 @@ class WriterJournal(Flushing):
 
     def _rotate(self) -> None:
         """Start a new segment; the old one is written out, then synced and closed."""
+        abandoned = self._fresh_segment
         self._fresh_segment = False
+        seg = self.current
+        if abandoned and seg is not None and seg.visible <= MAGIC_SIZE:
+            self._restart(seg)
+            return
         self.write_buffer()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -384,6 +389,28 @@ class WriterJournal(Flushing):
         self._fd = fd
         self.sync.new_file()
         self.segments.append(Segment(stamp, path))
+
+    def _restart(self, seg: Segment) -> None:
+        """Start the abandoned segment ``seg`` again, empty: it holds no acknowledged put.
+
+        An outage of failing fsyncs abandons a segment every time puts are tried again
+        (once a second while a client keeps sending): without this, each would leave a
+        file holding only its header.  Truncating drops every page of the file, those
+        whose writeback failed included, so nothing written from here on can sit behind
+        a hole; the file (the same inode: a read-behind's descriptor stays good) gets its
+        header again, and the refused puts' ids stay spent, as in a new segment.
+        """
+        fd = os.open(seg.path, os.O_WRONLY | os.O_TRUNC | os.O_APPEND)
+        try:
+            os.write(fd, codec.WRITER_MAGIC)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.sync.new_file()  # its name may not be on disk: the fsync of the folder failed too
+        seg.size = seg.written = seg.visible = MAGIC_SIZE
+        seg.first_id = seg.last_id = seg.items = seg.data_bytes = 0
+        log.info("journal_segment_restarted", queue=self.queue, path=seg.path)
 
     def _open_current(self) -> None:
         seg = self.current
