@@ -4,9 +4,9 @@
                                       [--ops set,get,rget] [--seconds 3] [--rounds 2]
                                       [--client python|c]
 
-The tightest client there is: ``sendall`` a request, ``recv`` to the end of its reply, send
-the next (no event loop, no other connection), so the server sees the shortest gap between
-a reply and the next request.  The load generator of ``kestreld bench`` serves its
+The tightest client in Python: ``sendall`` a request, ``recv`` to the end of its reply, send
+the next (no event loop, no other connection), so the server sees as short a gap between
+a reply and the next request as Python allows.  The load generator of ``kestreld bench`` serves its
 connections from an epoll loop and sends later; the two bracket what a one-connection
 client does (BENCHMARKS.md, the thirteenth round).  ``get`` and ``rget`` (``get
 q/close/open``) read a queue prefilled with enough items.  Server CPU is the process's user
