@@ -77,3 +77,10 @@ def test_the_c_client_stops_with_the_reply_it_did_not_expect(tmp_path):
         server.stop()
     with pytest.raises(ValueError, match="unknown op"):
         TightClient(program, server.port, "delete", 0.2, prefill=0)
+
+
+def test_the_c_client_without_a_compiler_is_refused_with_a_reason(monkeypatch, capsys):
+    monkeypatch.setenv("CC", "no-such-compiler")
+    assert main(["--client", "c", "--ops", "set", "--seconds", "0.3", "--darner", ""]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pingpong: the C client needs a C compiler"), err

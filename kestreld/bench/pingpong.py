@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -148,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kestreld-pingpong-") as scratch:
-        program = build(Path(scratch)) if args.client == "c" else None
+        try:
+            program = build(Path(scratch)) if args.client == "c" else None
+        except RuntimeError as e:
+            print(f"pingpong: {e}", file=sys.stderr)
+            return 2
         return _rounds(args, program)
 
 
