@@ -256,25 +256,44 @@ def _drain_after_crash(srv: KestreldProcess, disk: ThinDisk) -> list[bytes]:
     return got
 
 
+def _put_until_refused(c: Conn, disk: ThinDisk) -> tuple[list[bytes], bytes]:
+    """Three puts stored, the disk filled, then puts until one is refused: (the items
+    acknowledged, in order, and the refusal)."""
+    # Items of 256 KiB: each needs new blocks, which the full backing store refuses
+    # (a small put could land in a block already there, and succeed).
+    acked = [_item("before", i) for i in range(3)]
+    for item in acked:
+        assert c.set("q", item) == b"STORED"
+    disk.fill()
+    # The backing store may still hold a block or two (its last page): the first
+    # refusal comes within a few puts, and it is the fsync that fails.
+    for i in range(20):
+        reply = c.set("q", _item("refused", i))
+        if reply != b"STORED":
+            break
+        acked.append(_item("refused", i))
+    return acked, reply
+
+
+def _put_until_stored(c: Conn, timeout: float = 30.0) -> bytes:
+    """Puts are refused for a moment after a failure: put until one is stored; its item."""
+    deadline = time.monotonic() + timeout
+    n = 0
+    while (reply := c.set("q", _item("after", n))) != b"STORED":
+        assert reply.startswith(b"SERVER_ERROR"), reply
+        assert time.monotonic() < deadline, f"still refused: {reply!r}"
+        time.sleep(0.1)
+        n += 1
+    return _item("after", n)
+
+
 def test_failed_fsync_refuses_the_put_and_loses_nothing_acknowledged(thin_disk):
     folder = thin_disk.mnt / "queues"
     srv = KestreldProcess(folder, "sync_journal = 0\n", config_path=thin_disk.base / "k.conf")
     srv.start()
     try:
         c = Conn(srv.connect())
-        # Items of 256 KiB: each needs new blocks, which the full backing store refuses
-        # (a small put could land in a block already there, and succeed).
-        acked = [_item("before", i) for i in range(3)]
-        for item in acked:
-            assert c.set("q", item) == b"STORED"
-        thin_disk.fill()
-        # The backing store may still hold a block or two (its last page): the first
-        # refusal comes within a few puts, and it is the fsync that fails.
-        for i in range(20):
-            reply = c.set("q", _item("refused", i))
-            if reply != b"STORED":
-                break
-            acked.append(_item("refused", i))
+        acked, reply = _put_until_refused(c, thin_disk)
         assert reply == b"SERVER_ERROR journal fsync failed: No space left on device", reply
         wait_until(lambda: srv.events("journal_fsync_failed"), "the failure is logged")
         # Still served (a peek: a get's confirm needs the full disk too, and is refused).
@@ -282,14 +301,7 @@ def test_failed_fsync_refuses_the_put_and_loses_nothing_acknowledged(thin_disk):
         assert srv.proc.poll() is None
         thin_disk.free()
         # Refused for a moment after a failure, then stored again.
-        deadline = time.monotonic() + 30
-        n = 0
-        while (reply := c.set("q", _item("after", n))) != b"STORED":
-            assert reply.startswith(b"SERVER_ERROR"), reply
-            assert time.monotonic() < deadline, f"still refused: {reply!r}"
-            time.sleep(0.1)
-            n += 1
-        acked.append(_item("after", n))
+        acked.append(_put_until_stored(c))
         # kill -9, and the page cache dropped (an unmount: the kernel may drop pages whose
         # writeback failed at any time, and the refused put's were): a restart gives back
         # every item acknowledged and not yet read, in order.  Found by CI: the put stored
@@ -310,15 +322,7 @@ def test_an_outage_of_failing_fsyncs_keeps_one_segment_for_its_refused_puts(thin
     srv.start()
     try:
         c = Conn(srv.connect())
-        acked = [_item("before", i) for i in range(3)]
-        for item in acked:
-            assert c.set("q", item) == b"STORED"
-        thin_disk.fill()
-        for i in range(20):
-            reply = c.set("q", _item("refused", i))
-            if reply != b"STORED":
-                break
-            acked.append(_item("refused", i))
+        acked, reply = _put_until_refused(c, thin_disk)
         assert reply.startswith(b"SERVER_ERROR"), reply
         # A client that keeps putting through the outage: one try per retry window (1 s)
         # reaches the disk, and its fsync fails.
@@ -334,13 +338,7 @@ def test_an_outage_of_failing_fsyncs_keeps_one_segment_for_its_refused_puts(thin
         assert len(segments) == 2, segments
         assert srv.events("journal_segment_restarted"), "the header-only segment was reused"
         thin_disk.free()
-        n = 0
-        while (reply := c.set("q", _item("after", n))) != b"STORED":
-            assert reply.startswith(b"SERVER_ERROR"), reply
-            assert time.monotonic() < deadline + 30, f"still refused: {reply!r}"
-            time.sleep(0.1)
-            n += 1
-        acked.append(_item("after", n))
+        acked.append(_put_until_stored(c))
         got = _drain_after_crash(srv, thin_disk)
         assert [v[:12] for v in got] == [v[:12] for v in acked], "refused puts stay refused"
     finally:
