@@ -168,6 +168,8 @@ def test_text_and_thrift_ports_are_off_unless_configured():
 def test_production_config_serves_all_three_front_ends():
     cfg = load_config(str(Path(__file__).resolve().parent.parent / "config" / "production.conf"))
     assert (cfg.port, cfg.text_port, cfg.thrift_port) == (22133, 2222, 2229)
+
+
 def test_admin_keys_admin_port_is_metrics_port_and_filters_must_be_regexes():
     cfg = build_config({"admin_port": 9999, "admin_address": "127.0.0.1"})
     assert (cfg.metrics_port, cfg.metrics_address) == (9999, "127.0.0.1")

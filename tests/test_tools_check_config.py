@@ -109,6 +109,8 @@ def test_an_exposed_admin_port_without_a_token_is_warned_about_and_a_token_never
     config.write_text('admin_token = "short"\n')
     result = check(str(config))
     assert result.returncode == 2 and "admin_token: at least 16 characters" in result.stderr
+
+
 def test_it_warns_that_an_auth_file_without_client_certificates_shuts_the_thrift_port(tmp_path):
     users = tmp_path / "users"
     users.write_text("alice:secret\n")

@@ -264,9 +264,7 @@ class QueueCollection:
         ):
             return
         try:
-            self.put(
-                target.partition("+")[0], item.data, 0, now_ms(), item.error_count
-            )
+            self.put(target.partition("+")[0], item.data, 0, now_ms(), item.error_count)
         except (QueueFull, JournalWriteError, TooManyQueues) as e:
             log.warning(
                 "expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e)

@@ -65,7 +65,9 @@ class OpenRead:
 
     __slots__ = ("item", "reader", "opened_at", "finished", "owner")
 
-    def __init__(self, item: QueueItem, reader: Reader, opened_at: float, owner: Any = None) -> None:
+    def __init__(
+        self, item: QueueItem, reader: Reader, opened_at: float, owner: Any = None
+    ) -> None:
         self.item = item
         self.reader = reader
         self.opened_at = opened_at  # monotonic seconds
