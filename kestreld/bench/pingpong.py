@@ -1,6 +1,6 @@
 """One blocking client, one request at a time: server CPU per request at one connection.
 
-    python -m kestreld.bench.pingpong [--config 'busy_poll_us = 30'] [--darner PATH]
+    python -m kestreld.bench.pingpong [--config 'busy_poll_us = 0'] [--darner PATH]
                                       [--ops set,get,rget] [--seconds 3] [--rounds 2]
                                       [--client python|c]
 

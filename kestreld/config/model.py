@@ -308,9 +308,10 @@ class ServerConfig:
     max_line_length: int = 8 * KiB
     max_connections: int = 10_000
     checkpoint_interval: int = 1000  # ms
-    #: After answering, poll for the next request this long at most (µs, backing off when
-    #: polls run out; kestreld/protocol/busy_poll.py) before the event loop sleeps; 0 = off.
-    busy_poll_us: int = 0
+    #: After answering a lone client, poll for its next request this long at most (µs)
+    #: before the event loop sleeps, while the server measures that polling costs it less
+    #: CPU than sleeping (kestreld/protocol/busy_poll.py); 0 = never poll.
+    busy_poll_us: int = 30
     metrics_port: int | None = None
     metrics_address: str | None = None  # defaults to listen_address
     log_level: str = "info"

@@ -5,3 +5,4 @@ cdef bint COMPILED
 
 cpdef long long now_ms() noexcept
 cpdef double monotonic() noexcept
+cpdef double thread_cpu() noexcept

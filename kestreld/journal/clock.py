@@ -1,4 +1,5 @@
-"""The server's two clocks: the wall clock in milliseconds and the monotonic clock.
+"""The server's clocks: the wall clock in milliseconds, the monotonic clock, and the CPU
+time of the calling thread.
 
 Items carry wall-clock stamps in milliseconds since the epoch (Kestrel's journal
 format: add and expiry times); timeouts, idle times and latencies use the
@@ -18,6 +19,7 @@ try:
     from cython.cimports.posix.time import (  # type: ignore[import-not-found]
         CLOCK_MONOTONIC,
         CLOCK_REALTIME,
+        CLOCK_THREAD_CPUTIME_ID,
         clock_gettime,
         timespec,
     )
@@ -45,6 +47,17 @@ def monotonic() -> float:
     return time.monotonic()
 
 
+def thread_cpu() -> float:
+    """Seconds of CPU the calling thread has used, as ``time.thread_time()`` (a system call:
+    read it where a measurement needs it, not per request)."""
+    if COMPILED:
+        ts = cython.declare(timespec)
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, cython.address(ts))
+        return ts.tv_sec + ts.tv_nsec * 1e-9
+    return time.thread_time()
+
+
 if not COMPILED:
     # The plain build calls the clock itself: no Python frame around it.
     monotonic = time.monotonic  # noqa: F811
+    thread_cpu = time.thread_time  # noqa: F811

@@ -1,9 +1,12 @@
 # Cython declarations for busy_poll.py (compiled when a compiler is present; see kestreld/compiled.py).
 # The connection calls arrived and served through the C vtable: a request pays two C calls.
 
-from kestreld.journal.clock cimport monotonic
+cimport cython
 
-# MAX_BACK_OFF stays a Python name (the tests read it; only a poll that ran out uses it).
+from kestreld.journal.clock cimport monotonic, thread_cpu
+
+# MAX_BACK_OFF and the period's constants stay Python names (the tests read them); the
+# request path reads them as module globals only in a measuring window.
 
 
 cdef class BusyPoll:
@@ -15,10 +18,28 @@ cdef class BusyPoll:
     cdef public int skip
     cdef public long long caught
     cdef public long long ran_out
+    cdef public long long answers
+    cdef public long long period
+    cdef public long long explore
+    cdef public bint prefer
+    cdef public double edge
+    cdef public long long windows
+    cdef public int rest
+    cdef public int resting
+    cdef public bint quiet
+    cdef public double cpu_at
+    cdef public list tried
+    cdef public list kept
+    cdef public object cpu_clock
     cdef public object _call_soon
     cdef public object _poll_bound
 
     cpdef arrived(self, double now)
+    @cython.locals(phase=cython.longlong, explore=cython.longlong, poll=cython.bint)
     cpdef served(self, bint lone)
+    @cython.locals(now=cython.double, at=cython.double, last=cython.longlong, explore=cython.longlong)
+    cpdef _measure(self, long long phase)
+    @cython.locals(other=cython.double, same=cython.double, edge=cython.double, sleeping=cython.double, rest=cython.int)
+    cpdef _decide(self)
     cpdef _poll(self)
     cpdef list stats(self)

@@ -1,4 +1,5 @@
-"""Busy polling (opt-in): after answering, keep the event loop awake for the next request.
+"""Busy polling: after answering a lone client, keep the event loop awake for its next
+request, when that costs less CPU than sleeping.
 
 A server that sleeps in ``epoll_wait`` between two requests of a client pays for waking up
 on every request: an interrupt, a context switch, and a request run on a CPU whose caches
@@ -7,20 +8,34 @@ than the request itself (BENCHMARKS.md, issue 28: about 30 µs against 7).  A se
 polls for a moment before it sleeps reads the next request as soon as it arrives, on a warm
 CPU; but a poll costs its whole length in CPU, so it pays only when the client's next
 request comes sooner than a wake-up costs.  With a client that sends its next request
-within about 20 µs of the reply, server CPU per request falls by a quarter and the rate
-triples; with one that takes 30 µs or more (its own event loop, other connections to
-serve) a poll costs more than the wake-up it spares.  So it is off unless
-``busy_poll_us`` (server config) sets how long a poll may last; BENCHMARKS.md has both
-measurements.  Only a lone client is polled for (the server's only connection, or the only
-one not waiting for an item): with several, the next read comes soon anyway, and on a box
-they share the clients need the CPU a poll would take.
+within about 20 µs of the reply, server CPU per request falls by up to a fifth and the
+rate doubles or more; with one that takes 30 µs or more (its own event loop, other
+connections to serve) a poll costs more than the wake-up it spares.
 
-Each poll lasts at most that limit.  The loop sees when the next request arrives: within
-the limit, the poll caught it; a poll that ran out was wasted, and the next polls are
-skipped, one after the first miss in a row, then two, four, up to 64, before one is tried
-again.  A request that arrives within the limit while polls are skipped (measured from the
-answer, so a late wake-up counts against it) ends the back-off.  An idle server, or
-clients pausing longer than the limit, cost at most one poll in 65 answers.
+So the server measures which way is cheaper for the client it has, and takes it.  Answers
+come in periods of :data:`PERIOD`; the first :data:`EXPLORE` answers of a period go the
+way not preferred (poll after each, or sleep), the next :data:`EXPLORE` the preferred way,
+and each of those answers reads the thread's CPU clock: the CPU from one answer to the
+next, the whole cycle of a request (the poll or the wake-up, the read, the work, the
+reply), is what each way costs.  At the end of the window the two blocks' means (less each
+block's dearest cycle, where a checkpoint or a collection landed) give the difference,
+and a running average of the differences (:data:`WEIGHT` for the newest) decides the
+preferred way for the rest of the period and the next.  Both blocks run back to back, so
+what else the machine does weighs on both alike; the first :data:`SETTLE` cycles after a
+change of way are not counted (they still carry the other way's state).  The price of
+knowing: a clock reading (a system call) on 33 answers in 512, and the other way on 16;
+while one way stays far cheaper (by a quarter of a cycle or more) the windows thin out,
+one period in two, three, five, up to one in nine.
+
+``busy_poll_us`` (server config) is how long a poll may last (0: never poll).  Only a
+lone client is polled for (the server's only connection, or the only one not waiting for an
+item): with several, the next read comes soon anyway, and on a box they share the clients
+need the CPU a poll would take.  The loop sees when the next request arrives: within the
+limit, the poll caught it; a poll that ran out was wasted, and the next polls are skipped,
+one after the first miss in a row, then two, four, up to 64, before one is tried again.  A
+request that arrives within the limit while polls are skipped (measured from the answer, so
+a late wake-up counts against it) ends the back-off.  An idle server, or clients pausing
+longer than the limit, cost at most one poll in 65 answers.
 """
 
 from __future__ import annotations
@@ -28,10 +43,22 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kestreld.journal.clock import monotonic
+from kestreld.journal.clock import monotonic, thread_cpu
 
 #: Polls skipped after the longest run of polls that ran out (then one is tried again).
 MAX_BACK_OFF = 64
+#: Answers per period of the choice between polling and sleeping.
+PERIOD = 512
+#: Answers that go the way not preferred at the start of a period, and answers of the
+#: preferred way measured right after them.
+EXPLORE = 16
+#: Cycles not counted after a change of way.
+SETTLE = 2
+#: Weight of the newest window's difference in the running average.
+WEIGHT = 0.25
+#: Most periods without a window while one way stays far cheaper (a quarter of a cycle or
+#: more): after such a window the next is skipped, then two, four, up to this many.
+MAX_REST = 8
 
 
 class BusyPoll:
@@ -46,6 +73,19 @@ class BusyPoll:
         "skip",
         "caught",
         "ran_out",
+        "answers",
+        "period",
+        "explore",
+        "prefer",
+        "edge",
+        "windows",
+        "rest",
+        "resting",
+        "quiet",
+        "cpu_at",
+        "tried",
+        "kept",
+        "cpu_clock",
         "_call_soon",
         "_poll_bound",
     )
@@ -59,6 +99,21 @@ class BusyPoll:
         self.skip = 0  # polls still to skip
         self.caught = 0  # polls the next request arrived in (stats)
         self.ran_out = 0  # polls that ended without one (stats)
+        self.answers = 0  # answers to a lone client: the position in the period
+        self.period = PERIOD
+        self.explore = EXPLORE
+        self.prefer = False  # polling is the cheaper way (sleeping until measured)
+        #: Running average of (CPU per cycle polling) - (sleeping), seconds.
+        self.edge = 0.0
+        self.windows = 0  # windows measured
+        self.rest = 0  # periods to go without a window after the next far-apart one
+        self.resting = 0  # periods still to go without one
+        self.quiet = False  # this period has no window
+        self.cpu_at = 0.0  # the thread's CPU clock at the last measured answer (0: none)
+        self.tried: list[float] = []  # this window's cycles of the way not preferred
+        self.kept: list[float] = []  # and of the preferred way
+        #: The CPU clock (a function returning seconds); None: the thread's own.
+        self.cpu_clock: Any = None
         self._call_soon: Any = None
         self._poll_bound: Any = self._poll
 
@@ -80,8 +135,8 @@ class BusyPoll:
 
     def served(self, lone: bool) -> None:
         """The requests read are answered: poll for the next ones, when they came from the
-        server's only client (others connected but waiting for an item do not count) and
-        polls are not backing off."""
+        server's only client (others connected but waiting for an item do not count),
+        polling is the way chosen for this answer, and polls are not backing off."""
         if self.limit == 0.0:
             return
         if not lone:
@@ -89,8 +144,25 @@ class BusyPoll:
             # clients need the CPU a poll would take.  Nothing to measure either.
             self.done = 0.0
             self.polled = False
+            self.cpu_at = 0.0
             return
         self.done = monotonic()
+        phase = self.answers % self.period
+        self.answers += 1
+        if phase == 0:
+            self.quiet = self.resting > 0  # a period without a window
+            if self.quiet:
+                self.resting -= 1
+        poll = self.prefer
+        if not self.quiet:
+            explore = self.explore
+            if phase <= 2 * explore:
+                self._measure(phase)
+            if phase < explore:
+                poll = not poll  # the way not preferred, measured
+        if not poll:
+            self.polled = False
+            return
         if self.skip:
             self.skip -= 1
             self.polled = False
@@ -106,6 +178,49 @@ class BusyPoll:
                     return  # no loop runs (a connection driven by hand in a test)
             self.polling = True
             call_soon(self._poll_bound)
+
+    def _measure(self, phase: int) -> None:
+        """Answer ``phase`` of a measuring window: the cycle since the last answer goes to
+        the block of the way that answer took; the window's last answer decides."""
+        now = thread_cpu() if self.cpu_clock is None else self.cpu_clock()
+        at = self.cpu_at
+        self.cpu_at = now
+        explore = self.explore
+        if at != 0.0 and phase > 0:
+            last = phase - 1
+            if SETTLE <= last < explore:
+                self.tried.append(now - at)
+            elif explore + SETTLE <= last:
+                self.kept.append(now - at)
+        if phase == 2 * explore:
+            self.cpu_at = 0.0
+            self._decide()
+
+    def _decide(self) -> None:
+        tried = self.tried
+        kept = self.kept
+        if len(tried) > 2 and len(kept) > 2:
+            # Each block's mean without its dearest cycle (a checkpoint, a collection).
+            other = (sum(tried) - max(tried)) / (len(tried) - 1)
+            same = (sum(kept) - max(kept)) / (len(kept) - 1)
+            if self.prefer:
+                edge, sleeping = same - other, other  # polling - sleeping
+            else:
+                edge, sleeping = other - same, same
+            if self.windows:
+                self.edge += WEIGHT * (edge - self.edge)
+            else:
+                self.edge = edge
+            self.windows += 1
+            self.prefer = self.edge < 0.0
+            if abs(self.edge) * 4.0 > sleeping:  # far apart: look again less often
+                rest = self.rest * 2 if self.rest else 1
+                self.rest = rest if rest < MAX_REST else MAX_REST
+                self.resting = self.rest
+            else:
+                self.rest = 0
+        self.tried = []
+        self.kept = []
 
     def _poll(self) -> None:
         # A callback on the loop's ready queue makes its next poll of the sockets a
@@ -124,4 +239,6 @@ class BusyPoll:
             ("busy_poll_us", round(self.limit * 1e6)),
             ("busy_poll_caught", self.caught),
             ("busy_poll_ran_out", self.ran_out),
+            ("busy_poll_preferred", int(self.prefer)),
+            ("busy_poll_gain_ns", round(-self.edge * 1e9)),
         ]

@@ -95,6 +95,30 @@ GLOBAL_METRICS: dict[str, MetricSpec] = {
     "queue_create_refusals": MetricSpec(
         "kestreld_queue_create_refusals", _COUNTER, "New queue names refused by max_queues."
     ),
+    # Busy polling (busy_poll_us; kestreld/protocol/busy_poll.py): present unless it is 0.
+    "busy_poll_us": MetricSpec(
+        "kestreld_busy_poll_limit_seconds",
+        _GAUGE,
+        "Longest poll for a lone client's next request (busy_poll_us).",
+        scale=1e-6,
+    ),
+    "busy_poll_caught": MetricSpec(
+        "kestreld_busy_poll_caught", _COUNTER, "Polls the client's next request arrived in."
+    ),
+    "busy_poll_ran_out": MetricSpec(
+        "kestreld_busy_poll_ran_out", _COUNTER, "Polls that ended without a request."
+    ),
+    "busy_poll_preferred": MetricSpec(
+        "kestreld_busy_poll_preferred",
+        _GAUGE,
+        "1 while polling costs a lone client's requests less CPU than sleeping (measured).",
+    ),
+    "busy_poll_gain_ns": MetricSpec(
+        "kestreld_busy_poll_gain_seconds",
+        _GAUGE,
+        "Server CPU a lone client's request costs less when polling (negative: more).",
+        scale=1e-9,
+    ),
 }
 
 #: Per-queue ``stats`` keys (``queue_<name>_<key>``), labelled ``queue``.
@@ -203,7 +227,8 @@ class StatsSnapshot:
     def take(cls, server: Server) -> StatsSnapshot:
         """Read a running server's figures; call on its event loop's thread."""
         return cls(
-            global_stats(server.stats, server.queues, len(server.connections), __version__),
+            global_stats(server.stats, server.queues, len(server.connections), __version__)
+            + server.busy_poll.stats(),
             queue_stats(server.queues),
             server.status,
             server.zookeeper_connected if server.membership is not None else None,
