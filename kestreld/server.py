@@ -23,7 +23,7 @@ from kestreld.config.model import alias_dump_lines
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
-from kestreld.protocol.busy_poll import BusyPoll
+from kestreld.protocol.busy_poll import DEFAULT_LIMIT_US, BusyPoll
 from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.protocol.text import TextConnection
@@ -97,8 +97,10 @@ class Server:
         self.overrides = overrides or {}
         self.stats = ServerStats()
         self.connections: set[MemcacheConnection] = set()
-        #: Polls for a lone client's next request before the loop sleeps (busy_poll_us; off: 0).
-        self.busy_poll = BusyPoll(config.busy_poll_us)
+        #: Polls for a lone client's next request before the loop sleeps (busy_poll_us, else
+        #: the build's default; off: 0).
+        poll_us = config.busy_poll_us
+        self.busy_poll = BusyPoll(DEFAULT_LIMIT_US if poll_us is None else poll_us)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
         self.queues = QueueCollection(config, self.executor)
         #: The status requests are checked against (the announced one after its grace period).

@@ -11,9 +11,17 @@ import time
 import pytest
 from pymemcache.client.base import Client
 
+from kestreld import compiled
 from kestreld.bench.servers import cpu_seconds
 from kestreld.config import ConfigError, build_config
-from kestreld.protocol.busy_poll import EXPLORE, MAX_BACK_OFF, MAX_REST, PERIOD, BusyPoll
+from kestreld.protocol.busy_poll import (
+    DEFAULT_LIMIT_US,
+    EXPLORE,
+    MAX_BACK_OFF,
+    MAX_REST,
+    PERIOD,
+    BusyPoll,
+)
 
 
 def _run_out(poll: BusyPoll) -> None:
@@ -101,7 +109,7 @@ async def test_one_dear_cycle_does_not_turn_the_choice():
     for _ in range(4 * PERIOD):  # near enough to measure every period
         _answer(poll, clock, polling_us=25, sleeping_us=30)
     assert poll.prefer and poll.rest == 0
-    while poll.answers % PERIOD != EXPLORE + 4:  # into the measured block of polls
+    while not (poll.left <= 1 and poll.step == EXPLORE + 4):  # into the window's polls
         _answer(poll, clock, 25, 30)
     _answer(poll, clock, polling_us=5000, sleeping_us=5000)
     for _ in range(PERIOD):
@@ -201,8 +209,12 @@ def test_bad_busy_poll_values_name_the_key(value):
     assert "busy_poll_us" in str(e.value)
 
 
-def test_default_polls_for_30_us_at_most():
-    assert build_config({}).busy_poll_us == 30
+def test_the_default_is_the_builds():
+    """Left out of the config, busy_poll_us is 30 µs compiled and 0 (never) in plain
+    Python, where polling measured no gain."""
+    assert build_config({}).busy_poll_us is None
+    built = compiled.is_compiled("kestreld.protocol.busy_poll")
+    assert DEFAULT_LIMIT_US == (30 if built else 0)
 
 
 def test_a_polling_server_answers_every_request_and_counts_its_polls(make_server):
@@ -225,10 +237,11 @@ def test_a_polling_server_answers_every_request_and_counts_its_polls(make_server
         client.close()
 
 
-def test_a_server_measures_which_way_is_cheaper_by_default(make_server):
-    """No configuration: the server polls for at most 30 µs, tries both ways on a lone
-    client (a period starts with polls while sleeping is preferred) and shows its choice."""
-    proc = make_server("")
+def test_a_server_measures_which_way_is_cheaper(make_server):
+    """The compiled build's default: the server polls for at most 30 µs, tries both ways on
+    a lone client (a window starts with polls while sleeping is preferred) and shows its
+    choice."""
+    proc = make_server("busy_poll_us = 30\n")
     with socket.create_connection(("127.0.0.1", proc.port)) as s:
         for i in range(3 * PERIOD):
             s.sendall(b"set d 0 0 4\r\n%04d\r\n" % (i % 10_000))
@@ -282,5 +295,18 @@ def test_a_server_without_busy_poll_shows_no_poll_stats(make_server):
     client = Client(("127.0.0.1", proc.port), timeout=10)
     try:
         assert not any(k.startswith(b"busy_poll") for k in client.stats())
+    finally:
+        client.close()
+
+
+def test_a_server_left_to_its_default_polls_as_its_build_says(make_server):
+    proc = make_server("")
+    client = Client(("127.0.0.1", proc.port), timeout=10)
+    try:
+        stats = client.stats()
+        if DEFAULT_LIMIT_US:
+            assert stats[b"busy_poll_us"] == DEFAULT_LIMIT_US
+        else:
+            assert not any(k.startswith(b"busy_poll") for k in stats)
     finally:
         client.close()

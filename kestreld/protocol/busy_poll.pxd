@@ -18,15 +18,14 @@ cdef class BusyPoll:
     cdef public int skip
     cdef public long long caught
     cdef public long long ran_out
-    cdef public long long answers
     cdef public long long period
     cdef public long long explore
+    cdef public long long left
+    cdef public long long step
     cdef public bint prefer
     cdef public double edge
     cdef public long long windows
-    cdef public int rest
-    cdef public int resting
-    cdef public bint quiet
+    cdef public long long rest
     cdef public double cpu_at
     cdef public list tried
     cdef public list kept
@@ -35,11 +34,11 @@ cdef class BusyPoll:
     cdef public object _poll_bound
 
     cpdef arrived(self, double now)
-    @cython.locals(phase=cython.longlong, explore=cython.longlong, poll=cython.bint)
+    @cython.locals(left=cython.longlong, step=cython.longlong, poll=cython.bint)
     cpdef served(self, bint lone)
     @cython.locals(now=cython.double, at=cython.double, last=cython.longlong, explore=cython.longlong)
-    cpdef _measure(self, long long phase)
-    @cython.locals(other=cython.double, same=cython.double, edge=cython.double, sleeping=cython.double, rest=cython.int)
+    cpdef _measure(self, long long step)
+    @cython.locals(other=cython.double, same=cython.double, edge=cython.double, sleeping=cython.double, rest=cython.longlong)
     cpdef _decide(self)
     cpdef _poll(self)
     cpdef list stats(self)

@@ -20,14 +20,18 @@ next, the whole cycle of a request (the poll or the wake-up, the read, the work,
 reply), is what each way costs.  At the end of the window the two blocks' means (less each
 block's dearest cycle, where a checkpoint or a collection landed) give the difference,
 and a running average of the differences (:data:`WEIGHT` for the newest) decides the
-preferred way for the rest of the period and the next.  Both blocks run back to back, so
+preferred way until the next window.  Both blocks run back to back, so
 what else the machine does weighs on both alike; the first :data:`SETTLE` cycles after a
 change of way are not counted (they still carry the other way's state).  The price of
 knowing: a clock reading (a system call) on 33 answers in 512, and the other way on 16;
 while one way stays far cheaper (by a quarter of a cycle or more) the windows thin out,
-one period in two, three, five, up to one in nine.
+one period in two, three, five, up to one in nine.  Polling is taken up only when it saves
+at least :data:`MARGIN` of a cycle, and given up when it saves nothing: near a tie the
+server sleeps.  Between two windows a sleeping server does nothing more per answer than
+count it.
 
-``busy_poll_us`` (server config) is how long a poll may last (0: never poll).  Only a
+``busy_poll_us`` (server config) is how long a poll may last (0: never poll; left out,
+:data:`DEFAULT_LIMIT_US`).  Only a
 lone client is polled for (the server's only connection, or the only one not waiting for an
 item): with several, the next read comes soon anyway, and on a box they share the clients
 need the CPU a poll would take.  The loop sees when the next request arrives: within the
@@ -45,17 +49,32 @@ from typing import Any
 
 from kestreld.journal.clock import monotonic, thread_cpu
 
+try:
+    import cython
+
+    COMPILED = cython.compiled
+except (ImportError, AttributeError):  # plain Python (Cython absent, or not compiling)
+    COMPILED = False
+
+#: ``busy_poll_us`` when the config leaves it out: 30 µs in the compiled build.  The plain
+#: build does not poll unless asked: there a request's own Python costs more than the
+#: wake-up a poll spares, and polling measured no gain (BENCHMARKS.md, issue 28).
+DEFAULT_LIMIT_US = 30 if COMPILED else 0
+
 #: Polls skipped after the longest run of polls that ran out (then one is tried again).
 MAX_BACK_OFF = 64
-#: Answers per period of the choice between polling and sleeping.
+#: Answers per period of the choice between polling and sleeping (a window, then the rest).
 PERIOD = 512
-#: Answers that go the way not preferred at the start of a period, and answers of the
-#: preferred way measured right after them.
+#: Answers of a window that go the way not preferred, and answers of the preferred way
+#: measured right after them.
 EXPLORE = 16
 #: Cycles not counted after a change of way.
 SETTLE = 2
 #: Weight of the newest window's difference in the running average.
 WEIGHT = 0.25
+#: Polling is taken up when it saves at least this share of a sleeping cycle (and given up
+#: as soon as it saves nothing): near a tie, sleeping, which spins nothing, stays.
+MARGIN = 0.02
 #: Most periods without a window while one way stays far cheaper (a quarter of a cycle or
 #: more): after such a window the next is skipped, then two, four, up to this many.
 MAX_REST = 8
@@ -73,15 +92,14 @@ class BusyPoll:
         "skip",
         "caught",
         "ran_out",
-        "answers",
         "period",
         "explore",
+        "left",
+        "step",
         "prefer",
         "edge",
         "windows",
         "rest",
-        "resting",
-        "quiet",
         "cpu_at",
         "tried",
         "kept",
@@ -99,16 +117,15 @@ class BusyPoll:
         self.skip = 0  # polls still to skip
         self.caught = 0  # polls the next request arrived in (stats)
         self.ran_out = 0  # polls that ended without one (stats)
-        self.answers = 0  # answers to a lone client: the position in the period
         self.period = PERIOD
         self.explore = EXPLORE
+        self.left = 0  # answers to a lone client until the next window (0: it begins)
+        self.step = 0  # answers of the current window so far
         self.prefer = False  # polling is the cheaper way (sleeping until measured)
         #: Running average of (CPU per cycle polling) - (sleeping), seconds.
         self.edge = 0.0
         self.windows = 0  # windows measured
-        self.rest = 0  # periods to go without a window after the next far-apart one
-        self.resting = 0  # periods still to go without one
-        self.quiet = False  # this period has no window
+        self.rest = 0  # periods without a window after the last (ways far apart)
         self.cpu_at = 0.0  # the thread's CPU clock at the last measured answer (0: none)
         self.tried: list[float] = []  # this window's cycles of the way not preferred
         self.kept: list[float] = []  # and of the preferred way
@@ -146,20 +163,18 @@ class BusyPoll:
             self.polled = False
             self.cpu_at = 0.0
             return
+        left = self.left - 1
+        if left > 0:
+            self.left = left
+            if not self.prefer:  # sleeping between two windows: nothing to note
+                self.polled = False
+                return
+            poll = True
+        else:
+            step = self.step
+            poll = self.prefer != (step < self.explore)  # the way not preferred first
+            self._measure(step)
         self.done = monotonic()
-        phase = self.answers % self.period
-        self.answers += 1
-        if phase == 0:
-            self.quiet = self.resting > 0  # a period without a window
-            if self.quiet:
-                self.resting -= 1
-        poll = self.prefer
-        if not self.quiet:
-            explore = self.explore
-            if phase <= 2 * explore:
-                self._measure(phase)
-            if phase < explore:
-                poll = not poll  # the way not preferred, measured
         if not poll:
             self.polled = False
             return
@@ -179,22 +194,26 @@ class BusyPoll:
             self.polling = True
             call_soon(self._poll_bound)
 
-    def _measure(self, phase: int) -> None:
-        """Answer ``phase`` of a measuring window: the cycle since the last answer goes to
-        the block of the way that answer took; the window's last answer decides."""
+    def _measure(self, step: int) -> None:
+        """Answer ``step`` of a window: the cycle since the last answer goes to the block
+        of the way that answer took; the window's last answer decides."""
         now = thread_cpu() if self.cpu_clock is None else self.cpu_clock()
         at = self.cpu_at
         self.cpu_at = now
         explore = self.explore
-        if at != 0.0 and phase > 0:
-            last = phase - 1
+        if at != 0.0 and step > 0:
+            last = step - 1
             if SETTLE <= last < explore:
                 self.tried.append(now - at)
             elif explore + SETTLE <= last:
                 self.kept.append(now - at)
-        if phase == 2 * explore:
-            self.cpu_at = 0.0
-            self._decide()
+        if step < 2 * explore:
+            self.step = step + 1
+            return
+        self.cpu_at = 0.0
+        self._decide()
+        self.step = 0
+        self.left = self.period * (1 + self.rest) - 2 * explore
 
     def _decide(self) -> None:
         tried = self.tried
@@ -212,11 +231,10 @@ class BusyPoll:
             else:
                 self.edge = edge
             self.windows += 1
-            self.prefer = self.edge < 0.0
+            self.prefer = self.edge < (0.0 if self.prefer else -MARGIN * sleeping)
             if abs(self.edge) * 4.0 > sleeping:  # far apart: look again less often
                 rest = self.rest * 2 if self.rest else 1
                 self.rest = rest if rest < MAX_REST else MAX_REST
-                self.resting = self.rest
             else:
                 self.rest = 0
         self.tried = []
