@@ -13,28 +13,26 @@ rate doubles or more; with one that takes 30 µs or more (its own event loop, ot
 connections to serve) a poll costs more than the wake-up it spares.
 
 So the server measures which way is cheaper for the client it has, and takes it.  Answers
-come in periods of :data:`PERIOD`; the first :data:`EXPLORE` answers of a period go the
-way not preferred (poll after each, or sleep), the next :data:`EXPLORE` the preferred way,
-and each of those answers reads the thread's CPU clock: the CPU from one answer to the
-next, the whole cycle of a request (the poll or the wake-up, the read, the work, the
-reply), is what each way costs.  At the end of the window the two blocks' means (less each
+come in periods of :data:`PERIOD`, each opening with a window: its first :data:`EXPLORE`
+answers go the way not preferred (poll after each, or sleep), the next :data:`EXPLORE`
+the preferred way, and each of those answers reads the thread's CPU clock: the CPU from
+one answer to the next, the whole cycle of a request (the poll or the wake-up, the read,
+the work, the reply), is what each way costs.  At the end of the window the two blocks' means (less each
 block's dearest cycle, where a checkpoint or a collection landed) give the difference,
 and a running average of the differences (:data:`WEIGHT` for the newest) decides the
-preferred way until the next window.  Both blocks run back to back, so
-what else the machine does weighs on both alike; the first :data:`SETTLE` cycles after a
-change of way are not counted (they still carry the other way's state).  The price of
-knowing: a clock reading (a system call) on 33 answers in 512, and the other way on 16;
-while one way stays far cheaper (by a quarter of a cycle or more) the windows thin out,
-one period in two, three, five, up to one in nine.  Polling is taken up only when it saves
-at least :data:`MARGIN` of a cycle, and given up when it saves nothing: near a tie the
-server sleeps.  Between two windows a sleeping server does nothing more per answer than
-count it.
+preferred way until the next window.  Both blocks run back to back, so what else the
+machine does weighs on both alike; the first :data:`SETTLE` cycles after a change of way
+are not counted (they still carry the other way's state).  The price of knowing: a clock
+reading (a system call) on 33 answers in 512, and the other way on 16; while one way stays
+far cheaper (by a quarter of a cycle or more) the windows thin out, one period in two,
+three, five, up to one in nine.  Polling is taken up only when it saves at least
+:data:`MARGIN` of a cycle, and given up when it saves nothing: near a tie the server
+sleeps.  Between two windows a sleeping server does nothing more per answer than count it.
 
 ``busy_poll_us`` (server config) is how long a poll may last (0: never poll; left out,
-:data:`DEFAULT_LIMIT_US`).  Only a
-lone client is polled for (the server's only connection, or the only one not waiting for an
-item): with several, the next read comes soon anyway, and on a box they share the clients
-need the CPU a poll would take.  The loop sees when the next request arrives: within the
+:data:`DEFAULT_LIMIT_US`).  Only a lone client is polled for (the server's only
+connection, or the only one not waiting for an item): with several, the next read comes
+soon anyway, and on a box they share the clients need the CPU a poll would take.  The loop sees when the next request arrives: within the
 limit, the poll caught it; a poll that ran out was wasted, and the next polls are skipped,
 one after the first miss in a row, then two, four, up to 64, before one is tried again.  A
 request that arrives within the limit while polls are skipped (measured from the answer, so
