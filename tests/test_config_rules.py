@@ -93,3 +93,75 @@ def test_check_config_refuses_bad_rules_with_exit_2(tmp_path, text, message):
     result = check(tmp_path, text)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+# --- where items go: error queues and expire_to_queue name one queue ---------------------------
+
+#: (config, the message): a target that is not one other queue.
+BAD_TARGETS = [
+    ('[queues.q]\npunt_error_to_queue = "fanq+r"\n',
+     "queues.q.punt_error_to_queue: 'fanq+r' is a fanout reader"),
+    ('[queues.q]\npunt_many_errors_to_queue = "other+r"\n',
+     "queues.q.punt_many_errors_to_queue: 'other+r' is a fanout reader"),
+    ('[queues.q]\nexpire_to_queue = "dead+r"\n',
+     "queues.q.expire_to_queue: 'dead+r' is a fanout reader"),
+    ('[queues.q]\nexpire_to_queue = "q"\n', "queues.q.expire_to_queue: 'q' is the queue itself"),
+    ('[queues."q+r"]\nexpire_to_queue = "q"\n',
+     "queues.q+r.expire_to_queue: 'q' is the queue itself"),
+    ('[queues.q]\npunt_error_to_queue = "both"\n[aliases.both]\ndestination_queues = ["a", "b"]\n',
+     "queues.q.punt_error_to_queue: 'both' is an alias; name a queue (one of a, b)"),
+    ('[queues.q]\nexpire_to_queue = "both"\n[aliases.both]\ndestination_queues = ["a"]\n',
+     "queues.q.expire_to_queue: 'both' is an alias"),
+    ('punt_error_to_queue = "errors+r"\n', "punt_error_to_queue: 'errors+r' is a fanout reader"),
+    ('expire_to_queue = "al"\n[aliases.al]\ndestination_queues = ["a"]\n',
+     "expire_to_queue: 'al' is an alias"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text, message", BAD_TARGETS)
+def test_a_target_that_is_not_one_other_queue_is_refused_naming_the_key(text, message):
+    import tomllib
+
+    with pytest.raises(ConfigError) as e:
+        build_config(tomllib.loads(text))
+    assert message in str(e.value)
+
+
+def test_a_default_target_may_name_a_queue_that_inherits_it():
+    config = build_config({"expire_to_queue": "dead", "punt_error_to_queue": "errors"})
+    assert config.queue("dead").expire_to_queue == "dead"  # that queue keeps its expired items
+
+
+def test_a_server_with_a_fanout_reader_as_error_queue_does_not_start(tmp_path):
+    path = tmp_path / "kestreld.conf"
+    path.write_text('[queues.jobs]\npunt_error_to_queue = "fanq+r"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "kestreld", "--config", str(path), "--port", "0",
+         "--queue-path", str(tmp_path / "queues")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "queues.jobs.punt_error_to_queue: 'fanq+r' is a fanout reader" in result.stderr
+
+
+def test_check_config_refuses_an_expire_to_queue_naming_its_own_queue(tmp_path):
+    result = check(tmp_path, '[queues.q]\nexpire_to_queue = "q"\n')
+    assert result.returncode == 2
+    assert "queues.q.expire_to_queue: 'q' is the queue itself" in result.stderr
+
+
+def test_reload_refuses_a_bad_target_and_keeps_the_old_config(make_server):
+    from kestreld_process import Conn
+
+    proc = make_server('[queues.jobs]\npunt_error_to_queue = "retry"\n')
+    proc.config_path.write_text('[queues.jobs]\npunt_error_to_queue = "fanq+r"\nmax_items = 3\n')
+    c = Conn(proc.connect())
+    c.send("reload\r\n")
+    reply = c.line()
+    assert reply.startswith(b"SERVER_ERROR config not reloaded: "), reply
+    assert b"punt_error_to_queue" in reply and b"fanout reader" in reply
+    c.send("dump_config jobs\r\n")
+    lines = c.until_end()
+    assert b"  punt_error_to_queue=retry" in lines
+    assert b"  max_items=(none)" in lines
+    c.close()

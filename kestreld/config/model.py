@@ -121,6 +121,23 @@ def _parse_patterns(key: str, value: Any) -> tuple[str, ...]:
 
 
 _PATTERNS = "patterns"
+_HOSTS = "hosts"
+
+
+def _parse_hosts(key: str, value: Any) -> tuple[str, ...]:
+    """A list of host names (``admin_allowed_hosts``), lower-cased, without ports."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f'{key}: expected a list of host names, like ["kestreld-1.example"]')
+    hosts = []
+    for name in value:
+        host = name.strip().lower().rstrip(".")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not host or any(c in host for c in " /@[]") or host.count(":") == 1:
+            raise ConfigError(f"{key}: {name!r} is not a host name (give names, without a port)")
+        hosts.append(host)
+    return tuple(hosts)
+
 
 _PARSERS = {
     _SIZE: parse_size,
@@ -130,6 +147,7 @@ _PARSERS = {
     _STR: _parse_str,
     _QUEUE: _parse_queue_ref,
     _PATTERNS: _parse_patterns,
+    _HOSTS: _parse_hosts,
 }
 
 
@@ -337,6 +355,11 @@ class ServerConfig:
     #: Bearer token the admin port's changing requests (/reload, /quiesce, /shutdown) need;
     #: without one they are accepted only when the admin port listens on loopback.
     admin_token: str | None = None
+    #: Host names (besides loopback names and the port's own address) a request's Host
+    #: header may carry where the Host rule applies (the DNS-rebinding defence).
+    admin_allowed_hosts: tuple[str, ...] = ()
+    admin_tls_cert_file: str | None = None  # HTTPS on the admin port when set (with the key)
+    admin_tls_key_file: str | None = None
     #: Kestrel's session trace: an event per client session start and end.
     enable_session_trace: bool = False
     #: Stat names (regular expressions, whole-name match) /stats.json?filtered=1 leaves out.
@@ -398,6 +421,9 @@ SERVER_KEYS: dict[str, str] = {
     "max_queues": _INT,
     "create_queue_on_get": _BOOL,
     "admin_token": _STR,
+    "admin_allowed_hosts": _HOSTS,
+    "admin_tls_cert_file": _STR,
+    "admin_tls_key_file": _STR,
     "enable_session_trace": _BOOL,
     "stats_filters": _PATTERNS,
 }
@@ -434,19 +460,40 @@ def _kestrel_hint(key: str) -> str:
     return f" ({said})" if said else ""
 
 
-def _check_punt_targets(where: str, name: str, values: dict[str, Any]) -> None:
-    """A table's own punt keys must name another queue.
+#: Queue keys whose value names where items go; each must name a queue (see _check_targets).
+TARGET_KEYS = ("expire_to_queue", "punt_error_to_queue", "punt_many_errors_to_queue")
 
-    An inherited default may name the queue itself: that queue keeps its
-    aborted items (see QueueCollection), as it would without the key.
+
+def _check_targets(
+    where: str, name: str | None, values: dict[str, Any], aliases: dict[str, tuple[str, ...]]
+) -> None:
+    """A table's own target keys must name another queue: not a fanout reader, not an alias.
+
+    ``name`` is the table's queue (None for the top-level defaults).  An
+    inherited default may name the queue itself: that queue keeps its aborted
+    or expired items (see QueueCollection), as it would without the key.  A
+    fanout reader as target would hand the item to every reader of its queue,
+    and an alias to every destination: neither is one queue's error queue.
     """
-    own = name.partition("+")[0]
-    for key in ("punt_error_to_queue", "punt_many_errors_to_queue"):
+    own = name.partition("+")[0] if name is not None else None
+    for key in TARGET_KEYS:
         target = values.get(key)
-        if target is not None and target.partition("+")[0] == own:
+        if target is None:
+            continue
+        what = "an expired" if key == "expire_to_queue" else "an aborted"
+        if target.partition("+")[0] == own:
             raise ConfigError(
-                f"{where}{key}: {target!r} is the queue itself; an aborted item would "
-                "never leave it"
+                f"{where}{key}: {target!r} is the queue itself; {what} item would never leave it"
+            )
+        if "+" in target:
+            raise ConfigError(
+                f"{where}{key}: {target!r} is a fanout reader; name a queue "
+                f"({what} item put to {target.partition('+')[0]!r} reaches all of its readers)"
+            )
+        if target in aliases:
+            raise ConfigError(
+                f"{where}{key}: {target!r} is an alias; name a queue "
+                f"(one of {', '.join(aliases[target])})"
             )
 
 
@@ -473,6 +520,9 @@ def _check_security(server: dict[str, Any]) -> None:
         raise ConfigError("tls_verify_client: needs tls_ca_file (the CA of client certificates)")
     if server.get("tls_handshake_timeout") == 0:
         raise ConfigError("tls_handshake_timeout: must be more than 0")
+    admin_cert, admin_key = server.get("admin_tls_cert_file"), server.get("admin_tls_key_file")
+    if (admin_cert is None) != (admin_key is None):
+        raise ConfigError("admin_tls_cert_file and admin_tls_key_file: set both (or neither)")
     if server.get("max_queues") == 0:
         raise ConfigError("max_queues: must be at least 1 (leave it unset for no limit)")
 
@@ -531,6 +581,7 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
     default_queue = QueueConfig(**defaults)
     _check_queue("", default_queue)
     queues: dict[str, QueueConfig] = {}
+    own_values: dict[str, dict[str, Any]] = {}  # what each table sets itself
     # Parents first, so that a reader inherits its parent's table.
     for name in sorted(tables, key=lambda n: ("+" in n, n)):
         table = tables[name]
@@ -542,9 +593,12 @@ def build_config(doc: dict[str, Any], source: str | None = None) -> ServerConfig
         values = _queue_values(f"queues.{name}.", table)
         cfg = dataclasses.replace(base, **values)
         _check_queue(f"queues.{name}.", cfg)
-        _check_punt_targets(f"queues.{name}.", name, values)
+        own_values[name] = values
         queues[name] = cfg
     aliases = _aliases(alias_tables)
+    _check_targets("", None, defaults, aliases)
+    for name, values in own_values.items():
+        _check_targets(f"queues.{name}.", name, values, aliases)
     return ServerConfig(
         **server, default_queue=default_queue, queues=queues, aliases=aliases, source=source
     )
@@ -619,6 +673,8 @@ def render_value(key: str, value: Any) -> str:
         return "(none)"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, tuple):  # admin_allowed_hosts, stats_filters
+        return ",".join(value) if value else "(none)"
     return str(value)
 
 
