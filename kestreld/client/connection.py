@@ -40,6 +40,7 @@ from kestreld.client.errors import (
     PipelineBroken,
     ProtocolViolation,
     ServerError,
+    TlsFailed,
 )
 from kestreld.client.wire import auth_request, auth_result, error_for, set_request, store_result
 
@@ -111,13 +112,27 @@ class _AuthenticatingClient(PymemcacheClient):
             raise
 
 
+class _ServerName:
+    """A TLS context that checks the server's certificate for ``name``, whatever
+    address is dialled (pymemcache passes the host it connects to)."""
+
+    def __init__(self, context: ssl.SSLContext, name: str) -> None:
+        self.context = context
+        self.name = name
+
+    def wrap_socket(self, sock: socket.socket, server_hostname: str | None = None) -> ssl.SSLSocket:
+        return self.context.wrap_socket(sock, server_hostname=self.name)
+
+
 class Connection:
     """One socket to one server; one request at a time (the pool sees to that).
 
     Not connected until the first request; reconnects by itself after a
     failure (a reconnected socket holds none of the old open reads).  With
     ``username`` and ``password`` every socket authenticates first
-    (memcached's auth ``set``); ``tls`` is the client's TLS context.
+    (memcached's auth ``set``); ``tls`` is the client's TLS context
+    (:func:`kestreld.client.tls.client_context`), and ``server_name`` the name
+    the server's certificate must carry (default: ``host``).
     """
 
     def __init__(
@@ -130,6 +145,7 @@ class Connection:
         username: str | None = None,
         password: str | None = None,
         tls: ssl.SSLContext | None = None,
+        server_name: str | None = None,
     ) -> None:
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.timeout = timeout
@@ -141,7 +157,7 @@ class Connection:
             no_delay=True,
             default_noreply=False,
             allow_unicode_keys=False,
-            tls_context=tls,
+            tls_context=_ServerName(tls, server_name) if tls and server_name else tls,
             auth=auth,
             address=self.address,
         )
@@ -290,12 +306,22 @@ class Connection:
         except (MemcacheUnknownError, KeyError, ValueError) as e:
             self.close()
             raise ProtocolViolation(str(e).encode(), address) from None
+        except ssl.SSLError as e:
+            self.close()
+            raise TlsFailed(f"TLS failed: {tls_reason(e)}", address) from None
         except OSError as e:
             self.close()
             raise ConnectionFailed(str(e) or type(e).__name__, address) from None
         except BaseException:
             self.close()  # interrupted mid-request: the stream is out of step
             raise
+
+
+def tls_reason(error: ssl.SSLError) -> str:
+    """What went wrong in TLS, briefly: ``CERTIFICATE_VERIFY_FAILED (Hostname mismatch, ...)``."""
+    detail = getattr(error, "verify_message", None)
+    reason = error.reason or type(error).__name__
+    return f"{reason} ({detail})" if detail else reason
 
 
 def _reason(error: Exception) -> str:

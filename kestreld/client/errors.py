@@ -42,6 +42,11 @@ class ConnectionFailed(KestrelError, ConnectionError):
         self.server = server
 
 
+class TlsFailed(ConnectionFailed):
+    """The TLS handshake or the TLS session failed: an untrusted or misnamed server
+    certificate, a client certificate the server refused, or no TLS on the port."""
+
+
 class PipelineBroken(ConnectionFailed):
     """The connection broke during a pipeline of ``set`` requests.
 

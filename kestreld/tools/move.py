@@ -1,6 +1,7 @@
 """``kestreld move``: move items from one queue to another, each exactly once.
 
     kestreld move SRC DST [--limit N] [--wait S] [--host H] [--port N] [--config FILE]
+                  [login options]
 
 SRC and DST are ``queue`` (on the server ``--host``/``--port``/``--config``
 name) or ``HOST:PORT/queue`` (any server).  Each item is taken from SRC by a
@@ -21,6 +22,11 @@ drained this way while it runs, e.g. into kestreld during a migration.  Items
 keep their data; their expiry time is not carried over (the protocol does not
 return it).
 
+The login options (``--tls``, ``--tls-ca-file``, ``--user``, ...;
+:mod:`kestreld.tools.endpoint`) apply to both servers: on a server with an
+auth file the user needs the ``read`` role on SRC and ``write`` on DST, and
+a refusal names the role.
+
 It stops when SRC is empty (after waiting ``--wait`` seconds for one more
 item), after ``--limit`` items, or on an error.  Progress goes to stderr on a
 terminal.  Exit status 0 when done, 1 on an error (the item in flight is
@@ -38,14 +44,16 @@ from typing import TextIO
 
 import structlog
 
-from kestreld.client.connection import Connection
 from kestreld.client.errors import KestrelError
 from kestreld.client.wire import wait_ms
 from kestreld.tools.endpoint import (
     EndpointError,
+    Login,
     QueueAt,
     add_server_options,
     default_server,
+    explain,
+    login_from,
     parse_queue_at,
 )
 
@@ -94,7 +102,9 @@ class Progress:
 class Mover:
     """One move from ``src`` to ``dst``; ``run()`` once."""
 
-    def __init__(self, src: QueueAt, dst: QueueAt, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, src: QueueAt, dst: QueueAt, *, timeout: float = 10.0, login: Login | None = None
+    ) -> None:
         if src == dst:
             raise EndpointError(f"source and destination are the same queue: {src}")
         if src.server == dst.server and src.queue.partition("+")[0] == dst.queue:
@@ -104,12 +114,9 @@ class Mover:
         if "+" in dst.queue:
             raise EndpointError(f"cannot put to the fanout reader {dst.queue!r}: name its queue")
         self.src, self.dst = src, dst
-        self._src = Connection(
-            src.server.host, src.server.port, connect_timeout=timeout, timeout=timeout
-        )
-        self._dst = Connection(
-            dst.server.host, dst.server.port, connect_timeout=timeout, timeout=timeout
-        )
+        self.login = login or Login()
+        self._src = self.login.connect(src.server, timeout)
+        self._dst = self.login.connect(dst.server, timeout)
         self.stop_requested = False
 
     def request_stop(self, *_: object) -> None:
@@ -124,7 +131,7 @@ class Mover:
         open_key = f"{self.src.queue}/open" + (f"/t={wait_ms(wait)}" if wait > 0 else "")
         try:
             while not self.stop_requested and (limit is None or moved < limit):
-                data = self._src.get(open_key, wait)
+                data = self._take(open_key, wait, moved)
                 if data is None:
                     break  # SRC is empty
                 # From here until the close, the item is "in flight": a kill now
@@ -145,11 +152,21 @@ class Mover:
                 progress.done(moved)
         return MoveResult(moved, time.monotonic() - started, self.stop_requested)
 
+    def _take(self, open_key: str, wait: float, moved: int) -> bytes | None:
+        try:
+            return self._src.get(open_key, wait)
+        except KestrelError as e:
+            why = explain(e, self.login, f"take items from {self.src.queue}", "read")
+            raise MoveError(
+                f"stopped after {moved} items: {self.src.server.address}: {why}"
+            ) from None
+
     def _store(self, data: bytes) -> bool:
         try:
             return self._dst.put(self.dst.queue, data, 0)
         except KestrelError as e:
-            raise MoveError(f"cannot store on {self.dst}: {e}") from None
+            why = explain(e, self.login, f"put items to {self.dst.queue}", "write")
+            raise MoveError(f"cannot store on {self.dst.server.address}: {why}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -180,7 +197,7 @@ def main(argv: list[str]) -> int:
     try:
         default = default_server(args)
         src, dst = parse_queue_at(args.src, default), parse_queue_at(args.dst, default)
-        mover = Mover(src, dst, timeout=args.timeout)
+        mover = Mover(src, dst, timeout=args.timeout, login=login_from(args))
     except EndpointError as e:
         print(f"kestreld move: {e}", file=sys.stderr)
         return 2

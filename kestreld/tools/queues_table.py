@@ -1,6 +1,6 @@
 """``kestreld queues``: a table of a running server's queues and fanout readers.
 
-    kestreld queues [--host H] [--port N] [--config FILE] [--json]
+    kestreld queues [--host H] [--port N] [--config FILE] [--json] [login options]
 
 Asks the server over the protocol (``stats`` and ``dump_stats``, one
 exchange), so it works wherever a client can connect, and against any
@@ -13,7 +13,12 @@ One row per queue and per fanout reader (``orders+audit`` under ``orders``):
 - OLDEST: how long the oldest waiting item has waited
 - JOURNAL: bytes of the journal files (a queue's readers share its journal)
 
-Exit status 0, 1 when the server cannot be reached, 2 for bad arguments.
+The login options (``--tls``, ``--tls-ca-file``, ``--user``, ...;
+:mod:`kestreld.tools.endpoint`) reach a server with TLS or an auth file; any
+user may read the figures (no role needed).
+
+Exit status 0, 1 when the server cannot be reached or TLS or the login
+failed (the message says which), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -23,10 +28,17 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 
-from kestreld.client.connection import Connection
 from kestreld.client.errors import KestrelError
 from kestreld.client.stats import parse_stats
-from kestreld.tools.endpoint import EndpointError, Server, add_server_options, default_server
+from kestreld.tools.endpoint import (
+    EndpointError,
+    Login,
+    Server,
+    add_server_options,
+    default_server,
+    explain,
+    login_from,
+)
 
 
 @dataclass(slots=True)
@@ -42,9 +54,9 @@ class QueueRow:
     journal_bytes: int | None
 
 
-def fetch_rows(server: Server, timeout: float = 10.0) -> list[QueueRow]:
+def fetch_rows(server: Server, timeout: float = 10.0, login: Login | None = None) -> list[QueueRow]:
     """The queues of a running server, sorted by name (readers after their queue)."""
-    conn = Connection(server.host, server.port, connect_timeout=timeout, timeout=timeout)
+    conn = (login or Login()).connect(server, timeout)
     try:
         stats = parse_stats(server.address, *conn.stats())
     finally:
@@ -139,12 +151,16 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         server = default_server(args)
-        rows = fetch_rows(server, args.timeout)
+        login = login_from(args)
     except EndpointError as e:
         print(f"kestreld queues: {e}", file=sys.stderr)
         return 2
+    try:
+        rows = fetch_rows(server, args.timeout, login)
     except KestrelError as e:
-        print(f"kestreld queues: {server.address}: {e}", file=sys.stderr)
+        print(
+            f"kestreld queues: {server.address}: {explain(e, login, 'read stats')}", file=sys.stderr
+        )
         return 1
     if args.json:
         for row in rows:
