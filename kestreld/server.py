@@ -72,6 +72,8 @@ RESTART_KEYS = (
     "zookeeper",
     "tls_verify_client",
     "tls_handshake_timeout",
+    "admin_tls_cert_file",
+    "admin_tls_key_file",
 )
 #: The answer, in the clear, to a plaintext client on the TLS port (then it is closed).
 TLS_REQUIRED = b"SERVER_ERROR this port requires TLS\r\n"

@@ -18,7 +18,20 @@ Changing (POST, and GET for Kestrel's scripts): ``/reload``, ``/quiesce`` (statu
 QUIESCENT, then a graceful shutdown), ``/shutdown``.  With ``admin_token`` set each must
 carry ``Authorization: Bearer <token>`` (compared in constant time), wherever the port
 listens; without a token they are accepted only when the port listens on loopback only,
-and never from a browser page of another site.  Otherwise 403, and nothing changes.
+their ``Host`` names this server (the Host rule below), and never from a browser page of
+another site.  Otherwise 403, and nothing changes.
+
+The Host rule (the DNS-rebinding defence): a page of ``evil.example`` whose name the
+attacker re-points at 127.0.0.1 reaches a loopback port from the victim's browser as
+"same origin", but its requests still say ``Host: evil.example``.  So wherever a
+browser could be the client — every request that arrives on a loopback address, and
+every tokenless changing request — the ``Host`` header must name this server: a
+loopback name or address (``localhost``, ``127.0.0.1``, ``[::1]``), the address the
+connection arrived on, the configured admin address, or a name in
+``admin_allowed_hosts``.  Otherwise (no ``Host`` either) 403.
+
+HTTPS: with ``admin_tls_cert_file`` and ``admin_tls_key_file`` the port speaks TLS only
+(the certificate is read at start; a restart applies a renewed one).
 
 Bad input: a request head over :data:`MAX_REQUEST_HEAD` gets 431, a body over
 :data:`MAX_BODY` 413, a malformed request 400, a request not complete within
@@ -49,6 +62,7 @@ from kestreld.admin.window import MAX_PERIOD, SAMPLE_SECONDS, Sample, StatsWindo
 from kestreld.compiled import implementation
 from kestreld.journal import periodic_sync
 from kestreld.queues import journaled_queue, reader
+from kestreld.security.tls import HANDSHAKE_TIMEOUT, TlsError, TlsFiles, build_context
 from kestreld.state import ServerStatus
 from kestreld.stats.collector import StatsSnapshot
 from kestreld.stats.latency import LatencyHistograms
@@ -86,6 +100,10 @@ _REASONS = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+_HOST_REFUSED = (
+    "the Host header does not name this server (a loopback name or address, the admin "
+    "address, or one of admin_allowed_hosts)"
+)
 _READING = ("GET", "HEAD")
 _CHANGING = ("GET", "POST")
 _OSTRICH_READING = ("ping", "server_info", "stats")
@@ -108,6 +126,31 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
     except ValueError:
         return False
+
+
+#: Host names that are this machine wherever they are asked (RFC 6761 keeps them on loopback).
+LOOPBACK_NAMES = frozenset({"localhost"})
+
+
+def host_of(header: str) -> str | None:
+    """The host of a ``Host`` header: lower-case, without port or IPv6 brackets; None if malformed."""
+    text = header.strip().lower()
+    if text.startswith("["):
+        host, closed, rest = text[1:].partition("]")
+        if not closed or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return None
+        return host or None
+    host, colon, port = text.partition(":")
+    if colon and not port.isdigit():
+        return None  # a bare IPv6 address or garbage: not a Host a browser sends
+    return host.rstrip(".") or None
+
+
+def _same_address(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a.split("%", 1)[0]) == ipaddress.ip_address(b.split("%", 1)[0])
+    except ValueError:
+        return a == b
 
 
 class AdminServer:
@@ -133,6 +176,12 @@ class AdminServer:
 
         config = self.server.config
         address = config.metrics_address or config.listen_address
+        tls = None
+        if config.admin_tls_cert_file is not None and config.admin_tls_key_file is not None:
+            try:
+                tls = build_context(TlsFiles(config.admin_tls_cert_file, config.admin_tls_key_file))
+            except TlsError as e:
+                raise StartupError(f"admin port: {e}") from None
         try:
             self._listener = await asyncio.start_server(
                 self._handle,
@@ -140,6 +189,8 @@ class AdminServer:
                 config.metrics_port,
                 reuse_address=True,
                 limit=MAX_REQUEST_HEAD,
+                ssl=tls,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls is not None else None,
             )
         except OSError as e:
             raise StartupError(
@@ -159,6 +210,7 @@ class AdminServer:
             "metrics_listening",
             address=f"{sock[0]}:{sock[1]}",
             paths=["/", "/metrics", "/stats.json", "/ping", "/server_info"],
+            tls=tls is not None,
         )
         if not self._loopback_only and not config.admin_token:
             log.warning(
@@ -291,7 +343,8 @@ class AdminServer:
             except TimeoutError:
                 response = _plain(408, "request not complete in time")
             else:
-                response = await self._respond(method, target, headers)
+                local = out.get_extra_info("sockname")
+                response = await self._respond(method, target, headers, local[0] if local else "")
             self._send(out, method, response)
             await asyncio.wait_for(out.drain(), WRITE_TIMEOUT)
         except TimeoutError:
@@ -348,9 +401,15 @@ class AdminServer:
         if method != "HEAD":
             out.write(body)
 
-    async def _respond(self, method: str, target: str, headers: dict[str, str]) -> Response:
+    async def _respond(
+        self, method: str, target: str, headers: dict[str, str], local: str
+    ) -> Response:
         parts = urlsplit(target)
         path = parts.path
+        if _is_loopback(local) and not self._host_allowed(headers, local):
+            # Arrived on loopback, so a local browser may be the client: see the Host rule.
+            log.warning("admin_request_refused", path=path, host=headers.get("host"))
+            return _plain(403, f"forbidden: {_HOST_REFUSED}")
         query = parse_qs(parts.query)
         loop = asyncio.get_running_loop()
         name, dot, ext = path[1:].rpartition(".") if "." in path else (path[1:], "", "")
@@ -358,7 +417,7 @@ class AdminServer:
         if name in _OSTRICH_CHANGING and fmt in ("json", "txt"):
             if method not in _CHANGING:
                 return _plain(405, "method not allowed", ["Allow: GET, POST"])
-            return self._change(name, fmt, headers)
+            return self._change(name, fmt, headers, local)
         if method not in _READING:
             return _plain(405, "method not allowed", ["Allow: GET, HEAD"])
         if name in _OSTRICH_READING and fmt in ("json", "txt"):
@@ -424,7 +483,18 @@ class AdminServer:
 
     # --- changing the server ----------------------------------------------------------------
 
-    def _may_change(self, headers: dict[str, str]) -> str | None:
+    def _host_allowed(self, headers: dict[str, str], local: str) -> bool:
+        """Does the request's ``Host`` name this server (the Host rule in the module doc)?"""
+        host = host_of(headers.get("host", ""))
+        if host is None:
+            return False
+        config = self.server.config
+        if host in LOOPBACK_NAMES or _is_loopback(host) or host in config.admin_allowed_hosts:
+            return True
+        configured = (config.metrics_address or config.listen_address).lower()
+        return host == configured or (bool(local) and _same_address(host, local))
+
+    def _may_change(self, headers: dict[str, str], local: str) -> str | None:
         """None when this request may change the server, else why not."""
         token = self.server.config.admin_token
         if token:
@@ -437,6 +507,8 @@ class AdminServer:
             return None if hmac.compare_digest(expected, offered) else "wrong admin token"
         if not self._loopback_only:
             return "admin_token is not set and the admin port listens beyond loopback"
+        if not self._host_allowed(headers, local):
+            return _HOST_REFUSED
         # Tokenless on loopback: still not from a page of another site in a local browser.
         if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
             return "not from another site's page"
@@ -445,8 +517,8 @@ class AdminServer:
             return "not from another site's page"
         return None
 
-    def _change(self, action: str, fmt: str, headers: dict[str, str]) -> Response:
-        refused = self._may_change(headers)
+    def _change(self, action: str, fmt: str, headers: dict[str, str], local: str) -> Response:
+        refused = self._may_change(headers, local)
         if refused is not None:
             log.warning("admin_action_refused", action=action, reason=refused)
             return _plain(403, f"forbidden: {refused}")
