@@ -427,7 +427,7 @@ def test_a_slow_scraper_never_slows_the_memcache_port(make_server):
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect((host, port))
-        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         stalled.append(sock)
     dribbler = socket.create_connection((host, port))
     dribbler.sendall(b"GET /stats.json HTTP/1.1\r\n")  # and one that never finishes asking

@@ -308,11 +308,11 @@ def test_max_item_size_from_the_config_is_enforced_per_queue(make_server):
 # --- kestreld ping ------------------------------------------------------------------------
 
 
-def test_ping_prints_the_version_and_exits_0(make_server):
+def test_ping_prints_the_version_and_the_status_and_exits_0(make_server):
     proc = make_server()
     result = ping("--port", str(proc.port))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == proc.events("listening")[0]["version"]
+    assert result.stdout.splitlines() == [proc.events("listening")[0]["version"], "status: UP"]
 
 
 def test_ping_answers_while_quiescent(make_server):

@@ -292,6 +292,9 @@ class Connection:
             raise
         except KestrelError:
             raise  # an error reply: the stream is still in step
+        except ssl.SSLError as e:  # first: a certificate error is a ValueError too
+            self.close()
+            raise TlsFailed(f"TLS failed: {tls_reason(e)}", address) from None
         except MemcacheUnexpectedCloseError:
             self.close()
             raise ConnectionFailed("connection closed by the server", address) from None
@@ -306,9 +309,6 @@ class Connection:
         except (MemcacheUnknownError, KeyError, ValueError) as e:
             self.close()
             raise ProtocolViolation(str(e).encode(), address) from None
-        except ssl.SSLError as e:
-            self.close()
-            raise TlsFailed(f"TLS failed: {tls_reason(e)}", address) from None
         except OSError as e:
             self.close()
             raise ConnectionFailed(str(e) or type(e).__name__, address) from None

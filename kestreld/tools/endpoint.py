@@ -204,8 +204,10 @@ def explain(error: KestrelError, login: Login, action: str, role: str | None = N
         reason = reason.removeprefix(f"{error.server}: ")
     if isinstance(error, TlsFailed):
         hint = "check --tls-ca-file and --tls-server-name"
-        if login.tls is not None and "CERTIFICATE_REQUIRED" in reason.upper():
+        if "CERTIFICATE_REQUIRED" in reason:
             hint = "the server wants a client certificate: --tls-cert-file and --tls-key-file"
+        elif "WRONG_VERSION_NUMBER" in reason:
+            hint = "the port does not seem to speak TLS: connect without the --tls options"
         return f"{reason} ({hint})"
     if isinstance(error, ServerError) and "requires TLS" in reason:
         return "TLS required: this port speaks TLS only; connect with --tls (and --tls-ca-file)"
