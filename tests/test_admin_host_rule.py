@@ -216,3 +216,32 @@ def test_admin_tls_needs_both_files_and_they_must_load(tmp_path, ca):
     )
     with pytest.raises(RuntimeError, match="missing.crt"):
         proc.start()
+
+
+def test_the_unspecified_address_is_no_name_of_this_server(make_server):
+    # Browsers have dialled http://0.0.0.0:PORT to reach local services ("0.0.0.0 day").
+    proc = make_server(ADMIN + 'admin_address = "0.0.0.0"\n')
+    assert request(proc, "GET", "/ping.json", "0.0.0.0:PORT", connect_to="127.0.0.1")[0] == 403
+    assert request(proc, "GET", "/ping.json", "127.0.0.1:PORT", connect_to="127.0.0.1")[0] == 200
+
+
+@pytest.mark.parametrize(
+    "header, host",
+    [
+        ("localhost:9090", "localhost"),
+        ("LocalHost.", "localhost"),
+        ("[::1]:9090", "::1"),
+        ("[::1]", "::1"),
+        ("10.0.0.5", "10.0.0.5"),
+        ("evil.example:9090", "evil.example"),
+        ("::1", None),  # a bare IPv6 address: no browser sends it
+        ("[::1", None),
+        ("[::1]x", None),
+        ("a:b", None),
+        ("", None),
+    ],
+)
+def test_host_of_reads_a_host_header(header, host):
+    from kestreld.admin.http import host_of
+
+    assert host_of(header) == host

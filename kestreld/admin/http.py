@@ -121,11 +121,19 @@ def _plain(status: int, text: str, extra: list[str] | None = None) -> Response:
     return status, _TEXT, (text + "\n").encode(), extra or []
 
 
-def _is_loopback(host: str) -> bool:
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An IP address (an IPv4-mapped IPv6 one as IPv4, a zone dropped), or None for a name."""
     try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
-        return False
+        return None
+    mapped = getattr(address, "ipv4_mapped", None)  # a dual-stack socket's 127.0.0.1
+    return mapped if mapped is not None else address
+
+
+def _is_loopback(host: str) -> bool:
+    address = _ip(host)
+    return address is not None and address.is_loopback
 
 
 #: Host names that are this machine wherever they are asked (RFC 6761 keeps them on loopback).
@@ -146,11 +154,12 @@ def host_of(header: str) -> str | None:
     return host.rstrip(".") or None
 
 
-def _same_address(a: str, b: str) -> bool:
-    try:
-        return ipaddress.ip_address(a.split("%", 1)[0]) == ipaddress.ip_address(b.split("%", 1)[0])
-    except ValueError:
-        return a == b
+def _same_address(host: str, address: str) -> bool:
+    """Does ``host`` name ``address``?  Never for an unspecified one (``0.0.0.0``, ``::``)."""
+    ip = _ip(address)
+    if ip is not None and ip.is_unspecified:
+        return False  # listening everywhere is no name: a browser may dial 0.0.0.0 itself
+    return (ip is not None and _ip(host) == ip) or host == address.lower()
 
 
 class AdminServer:
@@ -491,8 +500,8 @@ class AdminServer:
         config = self.server.config
         if host in LOOPBACK_NAMES or _is_loopback(host) or host in config.admin_allowed_hosts:
             return True
-        configured = (config.metrics_address or config.listen_address).lower()
-        return host == configured or (bool(local) and _same_address(host, local))
+        configured = config.metrics_address or config.listen_address
+        return _same_address(host, configured) or (bool(local) and _same_address(host, local))
 
     def _may_change(self, headers: dict[str, str], local: str) -> str | None:
         """None when this request may change the server, else why not."""

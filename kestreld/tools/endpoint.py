@@ -172,8 +172,11 @@ def login_from(args: argparse.Namespace) -> Login:
         raise EndpointError(
             f"--user {username}: give the password in --password-file or ${PASSWORD_ENV}"
         )
-    if username is not None and (" " in username or not username):
+    if username is not None and any(c in username for c in " \r\n"):
         raise EndpointError(f"--user {username!r}: a user name has no spaces")
+    if password is not None and any(c in password for c in " \r\n"):
+        # The auth token is "<user> <password>": the server splits it at spaces.
+        raise EndpointError("the password has a space, which kestreld's auth_file cannot hold")
     return Login(tls, args.tls_server_name, username, password)
 
 

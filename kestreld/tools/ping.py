@@ -13,8 +13,8 @@ speaks TLS and authenticates first, so it checks a secured server fully.
 Without them, a server with TLS or an auth file answers a plaintext,
 anonymous ping with ``SERVER_ERROR this port requires TLS`` or
 ``CLIENT_ERROR unauthenticated``: that is an answer too (it is up), printed
-as such.  When the login options are given, a TLS, authentication failure is
-an error.
+as such.  With the login options, a failed TLS handshake or login is an
+error: the check then covers the certificates and the credentials.
 
 Exit status 0 when the server answered, 1 when it did not (refused, timed
 out, closed, replied something else, or TLS or the login failed), 2 for
