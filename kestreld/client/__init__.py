@@ -25,11 +25,13 @@ from kestreld.client.errors import (
     NoServerAvailable,
     ProtocolViolation,
     ServerError,
+    TlsFailed,
 )
 from kestreld.client.item import Item, ItemState
 from kestreld.client.reliable_reads import AsyncReliableReads, ReliableReads
 from kestreld.client.stats import ServerStats
 from kestreld.client.sync_client import Client
+from kestreld.client.tls import client_context
 
 __all__ = [
     "AsyncClient",
@@ -49,4 +51,6 @@ __all__ = [
     "ServerError",
     "ServerState",
     "ServerStats",
+    "TlsFailed",
+    "client_context",
 ]

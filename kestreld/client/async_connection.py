@@ -22,7 +22,9 @@ from kestreld.client.errors import (
     PipelineBroken,
     ProtocolViolation,
     ServerError,
+    TlsFailed,
 )
+from kestreld.client.tls import tls_reason
 from kestreld.client.wire import (
     auth_request,
     auth_result,
@@ -168,6 +170,9 @@ class AsyncConnection:
         except KestrelError:
             self.close()
             raise
+        except ssl.SSLError as e:  # first: a certificate error is a ValueError too
+            self.close()
+            raise TlsFailed(f"TLS failed: {tls_reason(e)}", self.address) from None
         except (OSError, TimeoutError) as e:
             self.close()
             raise ConnectionFailed(str(e) or type(e).__name__, self.address) from None
@@ -191,6 +196,9 @@ class AsyncConnection:
             raise
         except KestrelError:
             raise  # an error reply: the stream is still in step
+        except ssl.SSLError as e:  # e.g. the server refused the client certificate (TLS 1.3)
+            self.close()
+            raise TlsFailed(f"TLS failed: {tls_reason(e)}", self.address) from None
         except (OSError, TimeoutError, EOFError) as e:
             self.close()
             raise ConnectionFailed(str(e) or type(e).__name__, self.address) from None

@@ -42,6 +42,7 @@ from kestreld.client.errors import (
     ServerError,
     TlsFailed,
 )
+from kestreld.client.tls import tls_reason
 from kestreld.client.wire import auth_request, auth_result, error_for, set_request, store_result
 
 T = TypeVar("T")
@@ -315,13 +316,6 @@ class Connection:
         except BaseException:
             self.close()  # interrupted mid-request: the stream is out of step
             raise
-
-
-def tls_reason(error: ssl.SSLError) -> str:
-    """What went wrong in TLS, briefly: ``CERTIFICATE_VERIFY_FAILED (Hostname mismatch, ...)``."""
-    detail = getattr(error, "verify_message", None)
-    reason = error.reason or type(error).__name__
-    return f"{reason} ({detail})" if detail else reason
 
 
 def _reason(error: Exception) -> str:

@@ -41,3 +41,10 @@ def _why(error: OSError | ssl.SSLError) -> str:
     if isinstance(error, ssl.SSLError):
         return error.reason or str(error)
     return error.strerror or str(error)
+
+
+def tls_reason(error: ssl.SSLError) -> str:
+    """What went wrong in TLS, briefly: ``CERTIFICATE_VERIFY_FAILED (Hostname mismatch, ...)``."""
+    detail = getattr(error, "verify_message", None)
+    reason = error.reason or type(error).__name__
+    return f"{reason} ({detail})" if detail else reason
