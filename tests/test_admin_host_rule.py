@@ -245,3 +245,45 @@ def test_host_of_reads_a_host_header(header, host):
     from kestreld.admin.http import host_of
 
     assert host_of(header) == host
+
+
+# --- reload and check-config ------------------------------------------------------------------
+
+
+def test_admin_allowed_hosts_applies_on_reload(make_server):
+    proc = make_server(ADMIN)
+    assert request(proc, "GET", "/ping.json", "kestreld-1.internal")[0] == 403
+    proc.config_path.write_text(ADMIN + 'admin_allowed_hosts = ["kestreld-1.internal"]\n')
+    c = Conn(proc.connect())
+    c.send("reload\r\n")
+    assert c.line() == b"Reloaded config."
+    c.close()
+    assert request(proc, "GET", "/ping.json", "kestreld-1.internal")[0] == 200
+
+
+def test_changing_the_admin_certificate_files_needs_a_restart(make_server, ca):
+    proc = make_server(ADMIN)
+    proc.config_path.write_text(ADMIN + admin_tls(ca))
+    c = Conn(proc.connect())
+    c.send("reload\r\n")
+    reply = c.line()
+    c.close()
+    assert b"needs a restart" in reply and b"admin_tls_cert_file" in reply
+    assert request(proc, "GET", "/ping.json", "localhost")[0] == 200  # still plain HTTP
+
+
+def test_check_config_warns_about_a_token_over_plain_http_beyond_loopback(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "k.conf"
+    path.write_text(f'admin_port = 9090\nadmin_address = "0.0.0.0"\nadmin_token = "{TOKEN}"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "kestreld", "--check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "admin_token crosses the network in the clear" in result.stdout
+    assert "admin_allowed_hosts=(none)" in result.stdout

@@ -89,6 +89,12 @@ def warnings(config: ServerConfig) -> list[str]:
                     "admin_token is not set: /reload, /quiesce and /shutdown are refused (403) "
                     "until it is"
                 )
+            elif config.admin_tls_cert_file is None:
+                out.append(
+                    f"the admin port {address}:{config.metrics_port} is not loopback and has "
+                    "no TLS: admin_token crosses the network in the clear (set "
+                    "admin_tls_cert_file and admin_tls_key_file)"
+                )
     if not _is_loopback(config.listen_address):
         if config.auth_file is None:
             out.append(
