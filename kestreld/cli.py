@@ -5,11 +5,15 @@
     kestreld journal dump PATH... [--stats]
     kestreld journal import-kestrel2 OLD_DIR NEW_DIR [--queue NAME] [--dry-run]
     kestreld analyze SOURCE --out DIR [--master URL] [--since T] [--until T]
-    kestreld ping [--host H] [--port N] [--timeout S] [--config FILE]
-    kestreld queues [--host H] [--port N] [--config FILE] [--json]
-    kestreld move SRC DST [--limit N] [--host H] [--port N] [--config FILE]
+    kestreld ping [--host H] [--port N] [--timeout S] [--config FILE] [LOGIN]
+    kestreld queues [--host H] [--port N] [--config FILE] [--json] [LOGIN]
+    kestreld move SRC DST [--limit N] [--host H] [--port N] [--config FILE] [LOGIN]
     kestreld passwd NAME [--roles R] [--queues PATTERNS] [--file AUTH_FILE]
     kestreld convert-config KESTREL_CONFIG.scala > kestreld.conf
+
+LOGIN, for a server with TLS or an auth_file (kestreld/tools/endpoint.py):
+    [--tls] [--tls-ca-file F] [--tls-cert-file F --tls-key-file F] [--tls-server-name N]
+    [--user NAME] [--password-file F]   (or $KESTRELD_USER, $KESTRELD_PASSWORD)
 
 Sub-commands import their modules lazily: the server never imports Spark.
 """
