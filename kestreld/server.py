@@ -467,6 +467,11 @@ class Server:
             error = self.tls.reload(tls)
             if error is not None:
                 return fresh, error
+        admin_tls = self.metrics.tls if self.metrics is not None else None
+        if admin_tls is not None:  # renewed admin certificate files (their paths need a restart)
+            error = admin_tls.reload()
+            if error is not None:
+                return fresh, f"admin port: {error}"
         if self.authenticator is not None and auth is not None:
             self.authenticator.replace(auth)
         return fresh, None

@@ -203,6 +203,32 @@ def test_plain_http_to_the_https_admin_port_gets_no_answer(make_server, ca):
     assert still_up(proc)
 
 
+def test_reload_renews_the_admin_certificate(make_server, ca, tmp_path):
+    import shutil
+
+    live = tmp_path / "live"
+    live.mkdir()
+    for ext in ("crt", "key"):
+        shutil.copy(ca.folder / f"server.{ext}", live / f"admin.{ext}")
+    config = ADMIN + (
+        f'admin_tls_cert_file = "{live / "admin.crt"}"\n'
+        f'admin_tls_key_file = "{live / "admin.key"}"\n'
+    )
+    proc = make_server(config)
+    renewed = CertificateAuthority(tmp_path / "renewed", "renewed-ca")
+    renewed.issue("server")
+    for ext in ("crt", "key"):
+        shutil.copy(renewed.folder / f"server.{ext}", live / f"admin.{ext}")
+    c = Conn(proc.connect())
+    c.send("reload\r\n")
+    assert c.line() == b"Reloaded config."
+    c.close()
+    status, _ = request(proc, "GET", "/ping.json", "localhost", tls=renewed.client_context())
+    assert status == 200
+    with pytest.raises(ssl.SSLCertVerificationError):
+        request(proc, "GET", "/ping.json", "localhost", tls=ca.client_context())
+
+
 def test_admin_tls_needs_both_files_and_they_must_load(tmp_path, ca):
     from kestreld.config import ConfigError, build_config
 

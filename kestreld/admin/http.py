@@ -30,8 +30,8 @@ loopback name or address (``localhost``, ``127.0.0.1``, ``[::1]``), the address 
 connection arrived on, the configured admin address, or a name in
 ``admin_allowed_hosts``.  Otherwise (no ``Host`` either) 403.
 
-HTTPS: with ``admin_tls_cert_file`` and ``admin_tls_key_file`` the port speaks TLS only
-(the certificate is read at start; a restart applies a renewed one).
+HTTPS: with ``admin_tls_cert_file`` and ``admin_tls_key_file`` the port speaks TLS only;
+``reload`` reads the files again (:attr:`AdminServer.tls`), as for the listeners.
 
 Bad input: a request head over :data:`MAX_REQUEST_HEAD` gets 431, a body over
 :data:`MAX_BODY` 413, a malformed request 400, a request not complete within
@@ -62,7 +62,7 @@ from kestreld.admin.window import MAX_PERIOD, SAMPLE_SECONDS, Sample, StatsWindo
 from kestreld.compiled import implementation
 from kestreld.journal import periodic_sync
 from kestreld.queues import journaled_queue, reader
-from kestreld.security.tls import HANDSHAKE_TIMEOUT, TlsError, TlsFiles, build_context
+from kestreld.security.tls import HANDSHAKE_TIMEOUT, ServerTls, TlsError, TlsFiles
 from kestreld.state import ServerStatus
 from kestreld.stats.collector import StatsSnapshot
 from kestreld.stats.latency import LatencyHistograms
@@ -176,6 +176,8 @@ class AdminServer:
         self._handlers: set[asyncio.Task] = set()
         self._sampler: asyncio.Task | None = None
         self._loopback_only = False
+        #: HTTPS (admin_tls_cert_file): renewed by the server's reload, as the listeners' is.
+        self.tls: ServerTls | None = None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -188,9 +190,12 @@ class AdminServer:
         tls = None
         if config.admin_tls_cert_file is not None and config.admin_tls_key_file is not None:
             try:
-                tls = build_context(TlsFiles(config.admin_tls_cert_file, config.admin_tls_key_file))
+                self.tls = ServerTls(
+                    TlsFiles(config.admin_tls_cert_file, config.admin_tls_key_file)
+                )
             except TlsError as e:
                 raise StartupError(f"admin port: {e}") from None
+            tls = self.tls.context
         try:
             self._listener = await asyncio.start_server(
                 self._handle,
