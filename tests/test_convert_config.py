@@ -220,9 +220,7 @@ def test_optional_and_status_values_translate(line, key, value):
     assert tomllib.loads(toml)[key] == value
 
 
-def test_a_server_starts_on_the_translated_settings_and_joins_its_server_set(
-    tmp_path, make_server
-):
+def test_a_server_starts_on_the_translated_settings_and_joins_its_server_set(tmp_path, make_server):
     if (reason := zookeeper_available()) is not None:
         pytest.skip(reason)
     zk = ZooKeeperProcess(tmp_path / "zookeeper")
