@@ -126,3 +126,13 @@ def test_the_page_document_carries_the_definitions() -> None:
     stats = StatsSnapshot(server=[], queues=[], status=ServerStatus.UP)
     doc = overview(AdminSnapshot(stats, LatencyHistograms(), {}), q.window, q.now, {})
     assert doc["states"] == {state.value: meaning for state, meaning in STATES.items()}
+
+
+def test_a_queue_created_since_the_window_began_grows_from_nothing() -> None:
+    q = Watched()
+    q.advance(30)
+    values = {"items": 3, "oldest_item_age": 2_000}
+    stats = StatsSnapshot(server=[], queues=[("new", values)], status=ServerStatus.UP)
+    doc = overview(AdminSnapshot(stats, LatencyHistograms(), {}), q.window, q.now, {})
+    [row] = doc["rows"]
+    assert (row["grew"], row["attention"]) == (3, Attention.GROWING)

@@ -54,6 +54,7 @@ STATES: dict[Attention, str] = {
 }
 
 _ORDER = {state: i for i, state in enumerate(Attention)}
+_NONE = (0, 0, 0)  # the flows (put, handed out, items) of a queue not yet sampled
 
 
 def static_file(name: str) -> bytes:
@@ -99,7 +100,8 @@ def overview(
         taken = histogram.count if histogram is not None else 0
         items = int(values.get("items", 0))
         oldest_ms = int(values.get("oldest_item_age", 0))
-        grew = items - earlier_flows[name][2] if name in earlier_flows else 0
+        # A queue created since the window began had no items then.
+        grew = items - earlier_flows.get(name, _NONE)[2] if baseline is not None else 0
         queue, plus, reader = name.partition("+")
         rows.append(
             {
