@@ -315,12 +315,34 @@ def test_scala_it_cannot_evaluate_is_named_line_by_line_and_the_rest_translated(
         "just some notes\nabout the queues\n",
         "",
         "object Main { def main() = println(1) }\n",
+        "hello = [1, 2\n",
+        b"\x00\xff\xfe binary \x9c",
     ],
 )
 def test_a_file_that_is_not_a_kestrel_config_exits_2(tmp_path, text):
     path = tmp_path / "not.scala"
-    path.write_text(text)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
     result = run(str(path))
     assert result.returncode == 2
     assert result.stdout == ""
     assert "not a Kestrel config" in result.stderr
+
+
+def test_a_server_set_whose_acl_cannot_be_translated_is_left_out_not_opened():
+    toml, problems = convert(
+        "new KestrelConfig {\n"
+        "  zookeeper = Some(new ZooKeeperBuilder {\n"
+        '    host = "zk"\n'
+        '    pathPrefix = "/kestrel"\n'
+        "    acl = CustomACL(myAcls)\n"
+        "  })\n"
+        "}\n"
+    )
+    assert "zookeeper" not in tomllib.loads(toml)
+    assert [(p.line, p.reason) for p in problems] == [
+        (2, "[zookeeper] left out: its acl or credentials were not translated"),
+        (5, "expected OpenUnsafeACL or EveryoneReadCreatorAllACL"),
+    ]

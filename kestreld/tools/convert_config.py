@@ -223,6 +223,7 @@ class Translator:
             self.problem(a, "expected Some(new ZooKeeperBuilder { ... })")
             return
         table: dict[str, object] = {}
+        guarded = True  # False when the ACL or credentials were not translated
         host: str | None = None
         port: int = ZOOKEEPER_PORT
         for inner in builder.body:
@@ -248,10 +249,16 @@ class Translator:
                 self.problem(inner, "kestreld runs no code from its config")
             elif key == "acl":
                 self.problem(inner, "expected OpenUnsafeACL or EveryoneReadCreatorAllACL")
+                guarded = False
             elif key in ("host", "port", "pathPrefix", "sessionTimeout", "credentials"):
                 self.problem(inner, f"cannot translate this {key}")
+                guarded = guarded and key != "credentials"
             else:
                 self.problem(inner, "unknown ZooKeeperBuilder setting")
+        if not guarded:
+            # Written without them, the members would be open to any ZooKeeper session.
+            self.problem(a, "[zookeeper] left out: its acl or credentials were not translated")
+            return
         if host is None:
             self.problem(a, "ZooKeeperBuilder needs a host")
             return
@@ -494,6 +501,9 @@ def main(argv: list[str]) -> int:
             text = f.read()
     except OSError as e:
         print(f"kestreld: {path}: {e.strerror}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError:
+        print(f"kestreld: {path}: not a Kestrel config: not UTF-8 text", file=sys.stderr)
         return 2
     try:
         toml, problems = convert(text, path)

@@ -441,4 +441,7 @@ def show(value: object) -> str:
 
 def read_config(text: str) -> ScalaConfig:
     """The Kestrel config in ``text``; raises ScalaError when there is none to read."""
-    return Parser(tokenize(text)).config()
+    tokens = tokenize(text)
+    if not any(t.text == "KestrelConfig" for t in tokens):
+        raise ScalaError(1, "not a Kestrel config: no new KestrelConfig { ... }", fatal=True)
+    return Parser(tokens).config()
