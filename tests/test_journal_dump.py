@@ -207,3 +207,14 @@ def test_kestreld_cli_runs_the_dump(tmp_path, capsys) -> None:
     path = segment(tmp_path, "q.1", codec.encode_put(1, T, b"via cli"))
     assert cli.main(["journal", "dump", path]) == 0
     assert 'data="via cli"' in capsys.readouterr().out
+
+
+def test_a_damaged_checkpoint_dumped_by_name_says_why(tmp_path, capsys) -> None:
+    path = tmp_path / "jobs.read."
+    path.write_bytes(b"")
+    code, _, err = dump(capsys, path)
+    assert code == 1
+    assert err == (
+        f"journal dump: {path}: not a journal file "
+        "(named as a reader checkpoint but empty (0 bytes))\n"
+    )

@@ -455,7 +455,9 @@ def main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) 
         elif os.path.isfile(arg):
             kind = file_kind(arg)
             if kind is None:
-                print(f"journal dump: {arg}: {_skip_reason(arg).reason}", file=err)
+                skip = _skip_reason(arg)
+                why = f" ({skip.reason})" if skip.damaged else ""
+                print(f"journal dump: {arg}: not a journal file{why}", file=err)
                 status = 1
                 continue
             files = [(arg, kind)]
