@@ -55,12 +55,7 @@ SERVER_SETTINGS: dict[str, tuple[str, str]] = {
     "connectionLimitRefuseWrites": ("connection_limit_refuse_writes", "count"),
     "connectionLimitRefuseReads": ("connection_limit_refuse_reads", "count"),
 }
-_STATUSES = {
-    "up": "up",
-    "readonly": "readonly",
-    "quiescent": "quiescent",
-    "writeavoid": "writeavoid",
-}
+_STATUSES = ("up", "readonly", "quiescent", "writeavoid")  # Kestrel's Up, ReadOnly, ...
 #: Kestrel 2.4's ZooKeeperBuilder ACLs -> kestreld's zookeeper.acl.
 ZOOKEEPER_ACLS = {
     "OpenUnsafeACL": "open_unsafe",
@@ -194,12 +189,14 @@ class Translator:
         if isinstance(value, Opaque) and kind == "status":
             status = value.text.rpartition(".")[2].lower()
             if status in _STATUSES:
-                self.out.server[key] = _STATUSES[status]
+                self.out.server[key] = status
             else:
                 self.problem(a, f"unknown status {value.text} (expected Up, ReadOnly, ...)")
             return
         if isinstance(value, Opaque):
             self.problem(a, f"cannot evaluate {value.text}")
+        elif isinstance(value, bool) and kind != "bool":
+            self.problem(a, f"expected {_KINDS[kind]}")
         elif kind == "port" and (value is None or isinstance(value, int)):
             self.out.server[key] = 0 if value is None else value  # None: that port is off
         elif kind == "count" and (value is None or isinstance(value, int)):
