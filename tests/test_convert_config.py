@@ -346,3 +346,13 @@ def test_a_server_set_whose_acl_cannot_be_translated_is_left_out_not_opened():
         (2, "[zookeeper] left out: its acl or credentials were not translated"),
         (5, "expected OpenUnsafeACL or EveryoneReadCreatorAllACL"),
     ]
+
+
+def test_a_config_held_by_a_val_is_read():
+    toml, problems = convert(
+        'val config = new KestrelConfig {\n  queuePath = "/q"\n  maxOpenTransactions = 5\n}\n'
+        "config\n"
+    )
+    assert problems == []
+    config = build_config(tomllib.loads(toml))
+    assert (config.queue_path, config.max_open_reads) == ("/q", 5)

@@ -156,6 +156,8 @@ class Parser:
         self.pos = 0
         self.skipped: list[Skipped] = []
         self.values: dict[str, tuple[int, object]] = {}
+        self.top: New | None = None  # a KestrelConfig held by a top-level val
+        self.top_name: str | None = None  # ... and that val's name
 
     def peek(self, offset: int = 0) -> Token | None:
         i = self.pos + offset
@@ -181,6 +183,8 @@ class Parser:
         """Top-level statements up to ``new KestrelConfig { ... }``; what follows is skipped."""
         top: New | None = None
         while (tok := self.peek()) is not None:
+            if top is None and self.top is not None:
+                top = self.top  # val config = new KestrelConfig { ... }
             if tok.text == "import":
                 self.skip_statement()
             elif top is None and tok.text == "new" and (cls := self.peek(1)) is not None:
@@ -191,10 +195,11 @@ class Parser:
                 value = self.operand()
                 assert isinstance(value, New)
                 top = value
-            elif tok.text == ";":
-                self.pos += 1
+            elif tok.text == ";" or tok.text == self.top_name:
+                self.pos += 1  # the script's value: the val holding the config
             else:
                 self.statement_or_skip(top_level=True)
+        top = top or self.top
         if top is None:
             raise ScalaError(1, "not a Kestrel config: no new KestrelConfig { ... }", fatal=True)
         return ScalaConfig(top, sorted(self.skipped, key=lambda s: s.line), self.values)
@@ -259,6 +264,9 @@ class Parser:
         self.pos += 1
         value = self.expression()
         self.end_of_statement()
+        if isinstance(value, New) and value.cls == "KestrelConfig" and self.top is None:
+            self.top, self.top_name = value, name.text
+            return
         if isinstance(value, Opaque | New):
             raise ScalaError(first.line, f"a Scala {first.text} this converter cannot evaluate")
         self.values[name.text] = (first.line, value)
