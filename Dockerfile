@@ -1,4 +1,5 @@
-# kestreld server image: the package and uvloop, no Spark (the pipeline's extra is not installed).
+# kestreld server image: the package, uvloop and kazoo (the `zookeeper` extra, so that a
+# [zookeeper] section joins a server set); no Spark (the pipeline's extra is not installed).
 #
 #   docker build -t kestreld .
 #   docker run -d --name kestreld -p 22133:22133 -p 2222:2222 -p 2229:2229 -p 9090:9090 \
@@ -23,7 +24,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY kestreld ./kestreld
-RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels ".[zookeeper]"
 
 # --- the server -----------------------------------------------------------------------------
 FROM ${BASE}
@@ -31,9 +32,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=build /wheels /tmp/wheels
-RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels kestreld \
+RUN pip install --no-cache-dir --no-index --find-links /tmp/wheels "kestreld[zookeeper]" \
  && rm -rf /tmp/wheels \
- && python -c "import uvloop, kestreld.server"
+ && python -c "import uvloop, kazoo.client, kestreld.server"
 # A fixed, unprivileged uid/gid, so that volume permissions are predictable.
 RUN groupadd --system --gid 10001 kestrel \
  && useradd --system --uid 10001 --gid kestrel --no-create-home \

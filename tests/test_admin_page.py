@@ -93,7 +93,7 @@ def test_the_page_shows_every_queue_and_follows_sets_and_gets(make_server, brows
     )
     c = Conn(proc.connect())
     for i in range(5):
-        assert c.set("stalled_jobs", f"job{i}") == b"STORED"
+        assert c.set("new_jobs", f"job{i}") == b"STORED"
     for i in range(3):
         assert c.set("orders", f"order{i}") == b"STORED"
     assert c.get("orders") == b"order0"
@@ -108,21 +108,24 @@ def test_the_page_shows_every_queue_and_follows_sets_and_gets(make_server, brows
                 r.get_attribute("data-name")
                 for r in browser.find_elements(By.CSS_SELECTOR, "#rows tr")
             }
-            >= {"orders", "orders+audit", "stalled_jobs", "idle_queue", "everyone"}
+            >= {"orders", "orders+audit", "new_jobs", "idle_queue", "everyone"}
             and True
         ),
         what="every queue and reader in the table",
     )
     assert names
     assert browser.find_element(By.ID, "status").text == "UP"
-    assert cell(browser, "stalled_jobs", ITEMS) == "5"
+    assert cell(browser, "new_jobs", ITEMS) == "5"
     assert cell(browser, "orders", ITEMS) == "1"  # one taken, one open
     assert cell(browser, "orders", OPEN) == "1"
     assert cell(browser, "orders+audit", ITEMS) == "3"
-    # what needs attention comes first: items wait and nobody takes them
+    # what needs attention comes first: items arrived and nobody takes them.  Seconds
+    # old, they are growing; stalled needs a minute of waiting (tests/test_admin_states.py)
     first = browser.find_element(By.CSS_SELECTOR, "#rows tr").get_attribute("data-name")
-    assert first in ("stalled_jobs", "orders+audit")
-    assert cell(browser, "stalled_jobs", 1).lower() == "stalled"
+    assert first in ("new_jobs", "orders+audit")
+    assert cell(browser, "new_jobs", 1).lower() == "growing"
+    badge = browser.find_element(By.CSS_SELECTOR, 'tr[data-name="new_jobs"] .state')
+    assert badge.get_attribute("title").startswith("more items than a minute ago")
     # an alias is listed with its destinations, after the queues (it holds nothing)
     assert cell(browser, "everyone", 1).lower() == "alias"
     assert "idle_queue" in cell(browser, "everyone", 0)

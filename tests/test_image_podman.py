@@ -14,7 +14,10 @@ is built on it (``--build-arg BASE=...``), and the container is:
   ``stopped`` logged, well within the stop timeout;
 - replaced by a new container on the same volume, which finds the queue
   intact with nothing repaired;
-- asked ``kestreld ping`` and ``kestreld --check-config`` inside.
+- asked ``kestreld ping`` and ``kestreld --check-config`` inside;
+- run with a ``[zookeeper]`` config against a real ZooKeeper on this machine
+  (tests/support/zookeeper.py; the container shares the host's network), where
+  its member appears in both server sets and is gone after ``podman stop``.
 
 Everything lives in podman storage under a folder the test creates
 (``--root``/``--runroot``), so nothing outside it is touched, and the folder
@@ -36,6 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
+from waiting import wait_until
+from zookeeper import ZooKeeperProcess, available, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MIRROR = os.environ.get("KESTRELD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -291,3 +297,60 @@ def test_the_image_builds_serves_stops_gracefully_and_keeps_its_queue(podman, im
     podman.run("stop", "--time", "10", "kestreld-2")
     assert podman.inspect("kestreld-2", "{{.State.ExitCode}}") == "0"
     print(f"\nimage test: containers {time.monotonic() - started:.0f}s", file=sys.stderr)
+
+
+def zookeeper_config(port: int, zk_hosts: str, prefix: str) -> str:
+    """A config for a container on the host's network: free ports, the sets under ``prefix``."""
+    return (
+        'listen_address = "127.0.0.1"\n'
+        f"port = {port}\n"
+        'queue_path = "/var/spool/kestrel"\n'
+        'log_format = "json"\n'
+        "\n[zookeeper]\n"
+        f'hosts = "{zk_hosts}"\n'
+        f'path_prefix = "{prefix}"\n'
+        'session_timeout = "4s"\n'
+    )
+
+
+def test_the_image_joins_zookeeper_server_sets(podman, image, tmp_path):
+    if (reason := available()) is not None:
+        pytest.skip(reason)
+    zk = ZooKeeperProcess(tmp_path / "zookeeper")
+    zk.start()
+    reader = KazooClient(hosts=zk.hosts, timeout=10.0)
+    try:
+        reader.start(timeout=30)
+        port = free_port()
+        conf = tmp_path / "kestreld.conf"
+        conf.write_text(zookeeper_config(port, zk.hosts, "/kestrel/image"))
+        conf.chmod(0o644)  # read by the image's unprivileged user
+        podman.run(
+            "run", "-d", "--name", "kestreld-zk", "--network=host", *ULIMITS,
+            "-v", "kestreld-zk-spool:/var/spool/kestrel",
+            "-v", f"{conf}:/etc/kestreld/production.conf:ro", image,
+        )  # fmt: skip
+        wait_healthy(podman, "kestreld-zk")
+
+        def members(name: str) -> list[dict]:
+            path = f"/kestrel/image/{name}"
+            if reader.exists(path) is None:
+                return []
+            return [json.loads(reader.get(f"{path}/{c}")[0]) for c in reader.get_children(path)]
+
+        wait_until(lambda: members("read") and members("write"), "the image's member", 30)
+        endpoint = {"host": "127.0.0.1", "port": port}
+        for name in ("read", "write"):
+            [member] = members(name)
+            assert member["serviceEndpoint"] == endpoint
+            assert member["status"] == "ALIVE"
+        assert "zookeeper_connected" in [e["event"] for e in podman.events("kestreld-zk")]
+
+        # a graceful stop leaves both sets at once (not a session timeout later)
+        podman.run("stop", "--time", "10", "kestreld-zk")
+        assert podman.inspect("kestreld-zk", "{{.State.ExitCode}}") == "0"
+        assert members("read") == [] == members("write")
+    finally:
+        reader.stop()
+        reader.close()
+        zk.stop()

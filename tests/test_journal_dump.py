@@ -74,7 +74,7 @@ def test_a_truncated_tail_is_reported_after_the_records_before_it(tmp_path, caps
     good = codec.encode_put(1, T, b"kept")
     path = segment(tmp_path, "q.1", good, codec.encode_put(2, T, b"torn")[:-1])
     code, out, _ = dump(capsys, path)
-    assert code == 0
+    assert code == 1  # damage found, the records before it dumped
     lines = out.splitlines()
     assert 'data="kept"' in lines[1]
     assert lines[2] == f"   problem: truncated record at offset {4 + len(good)} (28 bytes cut)"
@@ -83,7 +83,7 @@ def test_a_truncated_tail_is_reported_after_the_records_before_it(tmp_path, caps
 def test_a_corrupt_record_is_reported_not_crashed_on(tmp_path, capsys) -> None:
     path = segment(tmp_path, "q.1", bytes.fromhex("81ffffff7f"))
     code, out, _ = dump(capsys, path)
-    assert code == 0
+    assert code == 1
     assert "problem: corrupt record at offset 4: item too large (2147483647 bytes)" in out
 
 
@@ -118,11 +118,11 @@ def test_kestrel2_journals_are_dumped_op_by_op(tmp_path, capsys) -> None:
 
 def test_kestrel2_faults_are_reported_with_their_offset(tmp_path, capsys) -> None:
     path = write_journal(tmp_path, "jobs.1000", addx(b"a", T), bytes([0x77, 1, 2]))
-    code, out, _ = dump(capsys, path)
-    assert code == 0
-    assert out.splitlines()[-1] == (
-        "   problem: unknown opcode 119 (0x77) at offset 22; 3 bytes not decoded"
-    )
+    code, out, err = dump(capsys, path)
+    assert code == 1
+    problem = "unknown opcode 119 (0x77) at offset 22; 3 bytes not decoded"
+    assert out.splitlines()[-1] == f"   problem: {problem}"
+    assert err == f"journal dump: {path}: damaged: {problem}\n"
 
 
 def test_a_folder_means_every_journal_file_in_it(tmp_path, capsys) -> None:
@@ -131,8 +131,13 @@ def test_a_folder_means_every_journal_file_in_it(tmp_path, capsys) -> None:
     write_journal(tmp_path, "old", addx(b"b", T))
     write_journal(tmp_path, "q.read.~~123", codec.encode_checkpoint(0))
     write_journal(tmp_path, "notes.txt", b"hello")
-    code, out, _ = dump(capsys, tmp_path)
+    code, out, err = dump(capsys, tmp_path)
     assert code == 0
+    assert err.splitlines() == [
+        f"journal dump: {tmp_path}/notes.txt: skipped: not a journal file",
+        f"journal dump: {tmp_path}/q.read.~~123: skipped: a temporary "
+        "(the server deletes it at start-up)",
+    ]
     assert re.findall(r"^== (\S+):", out, re.M) == [
         f"{tmp_path}/old",
         f"{tmp_path}/q.1700000000000",
@@ -150,8 +155,9 @@ def test_stats_print_one_summary_line_per_file(tmp_path, capsys) -> None:
     )
     cp = write_journal(tmp_path, "q.read.", codec.encode_checkpoint(6, [8]))
     old = write_journal(tmp_path, "q", addx(b"xy", T), remove_tentative_xid(4), remove())
-    code, out, _ = dump(capsys, "--stats", seg, cp, old)
-    assert code == 0
+    code, out, err = dump(capsys, "--stats", seg, cp, old)
+    assert code == 1  # the truncated record
+    assert err == f"journal dump: {seg}: damaged: truncated record at offset 59 (25 bytes cut)\n"
     assert out.splitlines() == [
         f"{seg}: writer segment, 84 bytes, 2 records, 2 items, 5 data bytes, ids 7-8, "
         "problems: truncated record at offset 59 (25 bytes cut)",
@@ -159,6 +165,34 @@ def test_stats_print_one_summary_line_per_file(tmp_path, capsys) -> None:
         f"{old}: Kestrel 2.x journal, 29 bytes, 3 ops, 1 items, 2 data bytes, xids 4-4 "
         "(ADDX 1, REMOVE 1, REMOVE_TENTATIVE_XID 1), problems: none",
     ]
+
+
+def test_a_folder_names_each_damaged_checkpoint_exits_1_and_dumps_the_rest(
+    tmp_path, capsys
+) -> None:
+    seg = segment(tmp_path, "jobs.1700000000000", codec.encode_put(1, T, b"a"))
+    (tmp_path / "jobs.read.").write_bytes(bytes(range(7, 71)))  # 64 bytes, no magic
+    (tmp_path / "jobs.read.audit").write_bytes(b"")
+    code, out, err = dump(capsys, "--stats", tmp_path)
+    assert code == 1
+    assert out.splitlines() == [
+        f"{seg}: writer segment, 30 bytes, 1 records, 1 items, 1 data bytes, ids 1-1, "
+        "problems: none"
+    ]
+    assert err.splitlines() == [
+        f"journal dump: {tmp_path}/jobs.read.: damaged: named as a reader checkpoint but does "
+        "not start with its magic (first bytes 0708090a, 64 bytes)",
+        f"journal dump: {tmp_path}/jobs.read.audit: damaged: named as a reader checkpoint "
+        "but empty (0 bytes)",
+    ]
+
+
+def test_a_healthy_folder_exits_0_with_nothing_on_stderr(tmp_path, capsys) -> None:
+    segment(tmp_path, "jobs.1700000000000", codec.encode_put(1, T, b"a"))
+    write_journal(tmp_path, "jobs.read.", codec.encode_checkpoint(1))
+    code, out, err = dump(capsys, "--stats", tmp_path)
+    assert (code, err) == (0, "")
+    assert len(out.splitlines()) == 2
 
 
 def test_missing_paths_and_non_journal_files_exit_1(tmp_path, capsys) -> None:
@@ -173,3 +207,14 @@ def test_kestreld_cli_runs_the_dump(tmp_path, capsys) -> None:
     path = segment(tmp_path, "q.1", codec.encode_put(1, T, b"via cli"))
     assert cli.main(["journal", "dump", path]) == 0
     assert 'data="via cli"' in capsys.readouterr().out
+
+
+def test_a_damaged_checkpoint_dumped_by_name_says_why(tmp_path, capsys) -> None:
+    path = tmp_path / "jobs.read."
+    path.write_bytes(b"")
+    code, _, err = dump(capsys, path)
+    assert code == 1
+    assert err == (
+        f"journal dump: {path}: not a journal file "
+        "(named as a reader checkpoint but empty (0 bytes))\n"
+    )

@@ -269,3 +269,37 @@ def test_csv_numbers_are_rounded_to_what_they_mean(report) -> None:
     rows = read_csv(report / "per_minute.csv")
     assert [r["size_p99"] for r in rows] == ["39.7", "298.0", "5.0", "7.99", "9.0"]
     assert [r["ttl_p50_ms"] for r in rows] == ["45000.0", "10000.0", "", "", ""]
+
+
+def test_times_it_cannot_place_are_problems_never_1970(spark, tmp_path) -> None:
+    far = 1 << 62  # ms: a Kestrel 2.x add time imported unchanged
+    items = [
+        Item(1, BASE_MS + 100, b"a"),
+        Item(2, far, b"bb"),
+        Item(3, BASE_MS + 200, b"ccc", expire_time=-1),
+    ]
+    folder = tmp_path / "queues"
+    write_segment(folder, "jobs", 1000, items)
+    out = tmp_path / "out"
+    assert analyze.main([str(folder), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    offsets = record_offsets(items)
+    assert summary["problems"] == [
+        {
+            "path": str(folder / "jobs.1000"),
+            "offset": offsets[1],
+            "queue": "jobs",
+            "problem": f"add time {far} ms is outside years 1-9999; add_time left null",
+        },
+        {
+            "path": str(folder / "jobs.1000"),
+            "offset": offsets[2],
+            "queue": "jobs",
+            "problem": "negative expiry -1 ms; expire_time left null",
+        },
+    ]
+    jobs = summary["queues"]["jobs"]
+    assert jobs["items"] == 3  # every item counted (no --since/--until); the unplaced in no minute
+    assert (jobs["first_add"], jobs["last_add"]) == (iso_ms(BASE_MS + 100), iso_ms(BASE_MS + 200))
+    minutes = [row["minute"] for row in read_csv(out / "per_minute.csv")]
+    assert not any(m.startswith("1970") for m in minutes) and len(minutes) == 1

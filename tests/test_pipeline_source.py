@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,58 @@ def test_big_payloads_are_split_into_batches_of_bounded_size(tmp_path) -> None:
     assert all(sum(batch.column("size").to_pylist()) <= CHUNK_DATA_BYTES for batch in batches)
     data = [v for batch in batches for v in batch.column("data").to_pylist()]
     assert data == [i.data for i in big] + [b"small"]
+
+
+def utc(ms: int) -> datetime:
+    """A journal time as Arrow's to_pylist() returns it (aware, UTC)."""
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def _rows(tmp_path) -> list[dict]:
+    pytest.importorskip("pyarrow")
+    from kestreld.pipeline.columnar import read_file
+
+    files = list_journal_files([str(tmp_path)]).files
+    return [row for jf in files for b in read_file(jf, include_data=False) for row in b.to_pylist()]
+
+
+def test_an_add_time_no_timestamp_can_hold_is_a_problem_row_not_1970(tmp_path) -> None:
+    far = 1 << 62  # ms: imported unchanged from a Kestrel 2.x journal
+    write_segment(tmp_path, "jobs", 1000, [Item(1, BASE_MS, b"a"), Item(2, far, b"b")])
+    offsets = record_offsets([Item(1, BASE_MS, b"a"), Item(2, far, b"b")])
+    rows = _rows(tmp_path)
+    puts = [r for r in rows if r["op"] == "PUT"]
+    assert [(r["id"], r["add_time"]) for r in puts] == [(1, utc(BASE_MS)), (2, None)]
+    [problem] = [r for r in rows if r["op"] == "PROBLEM"]
+    assert (problem["segment"], problem["offset"]) == ("jobs.1000", offsets[1])
+    assert problem["data"].decode() == (
+        f"add time {far} ms is outside years 1-9999; add_time left null"
+    )
+
+
+def test_a_negative_expiry_is_a_problem_row_and_never_a_time(tmp_path) -> None:
+    write_segment(tmp_path, "jobs", 1000, [Item(1, BASE_MS, b"a", expire_time=-5000)])
+    rows = _rows(tmp_path)
+    assert [r["expire_time"] for r in rows if r["op"] == "PUT"] == [None]
+    assert [r["data"].decode() for r in rows if r["op"] == "PROBLEM"] == [
+        "negative expiry -5000 ms; expire_time left null"
+    ]
+
+
+def test_kestrel_2x_times_out_of_range_are_problem_rows(tmp_path) -> None:
+    from test_kestrel2_encoding import addx
+
+    (tmp_path / "old").write_bytes(addx(b"x", BASE_MS) + addx(b"y", -(1 << 62)))
+    rows = _rows(tmp_path)
+    assert [r["add_time"] for r in rows if r["op"] == "ADDX"] == [utc(BASE_MS), None]
+    [problem] = [r for r in rows if r["op"] == "PROBLEM"]
+    assert problem["offset"] > 0 and "outside years 1-9999" in problem["data"].decode()
+
+
+def test_times_at_the_ends_of_the_range_are_kept_exactly(tmp_path) -> None:
+    from kestreld.pipeline.columnar import MAX_TIME_MS, MIN_TIME_MS
+
+    write_segment(tmp_path, "jobs", 1000, [Item(1, MIN_TIME_MS, b""), Item(2, MAX_TIME_MS, b"")])
+    rows = _rows(tmp_path)
+    assert [r["op"] for r in rows] == ["PUT", "PUT"]
+    assert [r["add_time"] for r in rows] == [utc(MIN_TIME_MS), utc(MAX_TIME_MS)]

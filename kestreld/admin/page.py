@@ -3,13 +3,14 @@ from another host) and the figures it polls (``GET /admin/overview.json``).
 
 Each row is a queue or a fanout reader: items, bytes, the oldest item's age, open
 reads, waiters, put and get rates with the series behind their sparklines, and the
-delivery latency (p50, p99) over the last minute.  Rows come sorted by what needs
-attention: ``stalled`` (items wait and nothing was handed out for a minute), then
-``growing`` (more items than a minute ago), then the rest, oldest item first.
+delivery latency (p50, p99) over the last minute.  Each row has a state
+(:func:`attention`, defined in :data:`STATES`; docs/operations.md quotes the same
+words) and rows come sorted by it, then oldest item first.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from importlib import resources
 
 from kestreld.admin.ostrich import AdminSnapshot
@@ -23,7 +24,37 @@ STATIC_FILES = {
     "icon.svg": "image/svg+xml",
 }
 
-_ORDER = {"stalled": 0, "growing": 1, "busy": 2, "idle": 3, "alias": 4}
+#: Seconds a queue must be seen with items waiting and nothing handed out to be stalled.
+STALL_SECONDS = MAX_PERIOD
+
+
+class Attention(StrEnum):
+    """A row's state, most in need of attention first."""
+
+    STALLED = "stalled"
+    GROWING = "growing"
+    BUSY = "busy"
+    IDLE = "idle"
+    ALIAS = "alias"
+
+
+#: What each state means: the page shows it on the state's badge, and docs/operations.md
+#: says the same words (a test holds them to it).
+STATES: dict[Attention, str] = {
+    Attention.STALLED: (
+        "items wait, the oldest has waited at least a minute, and nothing was handed out "
+        "in the last minute (never in the server's first minute: it has not watched that long)"
+    ),
+    Attention.GROWING: (
+        "more items than a minute ago (than at start-up, in the server's first minute)"
+    ),
+    Attention.BUSY: "items wait or were handed out in the last minute, and none of the above",
+    Attention.IDLE: "empty, and nothing handed out in the last minute",
+    Attention.ALIAS: "an alias: it holds nothing, its puts go to its destinations",
+}
+
+_ORDER = {state: i for i, state in enumerate(Attention)}
+_NONE = (0, 0, 0)  # the flows (put, handed out, items) of a queue not yet sampled
 
 
 def static_file(name: str) -> bytes:
@@ -33,12 +64,19 @@ def static_file(name: str) -> bytes:
     return resources.files("kestreld.admin").joinpath("static", name).read_bytes()
 
 
-def _attention(items: int, grew: int, taken_last_minute: float) -> str:
-    if items and not taken_last_minute:
-        return "stalled"
+def attention(items: int, oldest_ms: int, taken: int, grew: int, watched: float) -> Attention:
+    """The state of a queue or reader (:data:`STATES` says it in words).
+
+    ``items`` wait now, the oldest for ``oldest_ms``; ``taken`` were handed out and
+    ``grew`` more items wait than ``watched`` seconds ago, the window the admin
+    port's samples cover (up to a minute, less in the server's first minute).
+    """
+    stalled_ms = STALL_SECONDS * 1000
+    if items and oldest_ms >= stalled_ms and not taken and watched >= STALL_SECONDS:
+        return Attention.STALLED
     if grew > 0:
-        return "growing"
-    return "busy" if items or taken_last_minute else "idle"
+        return Attention.GROWING
+    return Attention.BUSY if items or taken else Attention.IDLE
 
 
 def overview(
@@ -49,6 +87,7 @@ def overview(
 ) -> dict[str, object]:
     """The page's document (any thread): ``server`` and ``rows``."""
     baseline = window.baseline(now, MAX_PERIOD)
+    watched = now - baseline.at if baseline is not None else 0.0
     earlier_latency = baseline.latency if baseline is not None else None
     earlier_flows = baseline.flows if baseline is not None else {}
     delivery = snapshot.latency.queues["delivery"]
@@ -60,7 +99,9 @@ def overview(
             histogram = histogram.minus(earlier_latency.queues["delivery"].get(name))
         taken = histogram.count if histogram is not None else 0
         items = int(values.get("items", 0))
-        grew = items - earlier_flows[name][2] if name in earlier_flows else 0
+        oldest_ms = int(values.get("oldest_item_age", 0))
+        # A queue created since the window began had no items then.
+        grew = items - earlier_flows.get(name, _NONE)[2] if baseline is not None else 0
         queue, plus, reader = name.partition("+")
         rows.append(
             {
@@ -69,7 +110,7 @@ def overview(
                 "reader": reader if plus else None,
                 "items": items,
                 "bytes": int(values.get("bytes", 0)),
-                "oldest_ms": int(values.get("oldest_item_age", 0)),
+                "oldest_ms": oldest_ms,
                 "open_reads": int(values.get("open_transactions", 0)),
                 "waiters": int(values.get("waiters", 0)),
                 "put_rate": puts[-1] if puts else 0.0,
@@ -79,7 +120,7 @@ def overview(
                 "delivery_p50_ms": round(histogram.percentile(0.5) * 1000, 1) if taken else None,
                 "delivery_p99_ms": round(histogram.percentile(0.99) * 1000, 1) if taken else None,
                 "grew": grew,
-                "attention": _attention(items, grew, taken),
+                "attention": attention(items, oldest_ms, taken, grew, watched).value,
             }
         )
     for name, values in snapshot.stats.aliases:  # holds nothing: its puts and destinations
@@ -102,8 +143,9 @@ def overview(
                 "delivery_p50_ms": None,
                 "delivery_p99_ms": None,
                 "grew": 0,
-                "attention": "alias",
+                "attention": Attention.ALIAS.value,
             }
         )
     rows.sort(key=lambda r: (_ORDER[r["attention"]], -r["oldest_ms"], -r["grew"], r["name"]))  # type: ignore[operator]
-    return {"server": server, "rows": rows}
+    states = {state.value: meaning for state, meaning in STATES.items()}
+    return {"server": server, "rows": rows, "states": states}

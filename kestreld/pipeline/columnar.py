@@ -42,7 +42,45 @@ _error_count = attrgetter("error_count")
 _size = attrgetter("size")
 
 
-def _ts_from_ms(values: list[int], zero_is_null: bool) -> pa.Array:
+#: The instants a TIMESTAMP column holds: years 1 to 9999, Spark's range, in ms since the
+#: epoch.  A journal time outside it (Kestrel 2.x journals hold any 64-bit number) is not
+#: mapped to some other instant: the column is null and a PROBLEM row names the value.
+MIN_TIME_MS = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
+def _misplaced(
+    offsets: list[int], add_times: list[int | None], expire_times: list[int | None]
+) -> tuple[list[int | None], list[int | None], list[tuple[int, str]]]:
+    """Times a TIMESTAMP cannot hold (and negative expiries) replaced by None, and a
+    ``(offset, message)`` for each; the lists are returned as they are when all fit."""
+    adds = [t for t in add_times if t is not None]
+    expires = [t for t in expire_times if t is not None]
+    if (not adds or MIN_TIME_MS <= min(adds) and max(adds) <= MAX_TIME_MS) and (
+        not expires or min(expires) >= 0 and max(expires) <= MAX_TIME_MS
+    ):
+        return add_times, expire_times, []  # the usual case: one pass of min and max
+    problems = []
+    add_times, expire_times = list(add_times), list(expire_times)
+    for i, offset in enumerate(offsets):
+        add, expire = add_times[i], expire_times[i]
+        if add is not None and not MIN_TIME_MS <= add <= MAX_TIME_MS:
+            add_times[i] = None
+            problems.append(
+                (offset, f"add time {add} ms is outside years 1-9999; add_time left null")
+            )
+        if expire is not None and expire < 0:
+            expire_times[i] = None
+            problems.append((offset, f"negative expiry {expire} ms; expire_time left null"))
+        elif expire is not None and expire > MAX_TIME_MS:
+            expire_times[i] = None
+            problems.append(
+                (offset, f"expiry {expire} ms is outside years 1-9999; expire_time left null")
+            )
+    return add_times, expire_times, problems
+
+
+def _ts_from_ms(values: list[int | None], zero_is_null: bool) -> pa.Array:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -105,17 +143,22 @@ def _binary_column(view: memoryview, starts: list[int], sizes: list[int]) -> pa.
     )
 
 
-def _puts_batch(
+def _puts_batches(
     jf: JournalFile,
     puts: list[codec.Put],
     ends: list[int] | None,
     view: memoryview | None,
-) -> pa.RecordBatch:
-    """Columns of PUT rows; ``ends[i]`` is where record i stops (its data's end)."""
+) -> Iterator[pa.RecordBatch]:
+    """Columns of PUT rows, then a PROBLEM row for each time no TIMESTAMP can hold;
+    ``ends[i]`` is where record i stops (its data's end)."""
     import pyarrow as pa
 
     n = len(puts)
     sizes = list(map(_size, puts))
+    offsets = list(map(_offset, puts))
+    add_times, expire_times, problems = _misplaced(
+        offsets, list(map(_add_time, puts)), list(map(_expire_time, puts))
+    )
     if view is not None and ends is not None:
         # The data block is the last `size` bytes of each record.
         data = _binary_column(view, [e - s for e, s in zip(ends, sizes, strict=True)], sizes)
@@ -125,16 +168,18 @@ def _puts_batch(
         _constant(jf.queue, n),
         _constant(jf.reader, n),
         _constant(jf.name, n),
-        pa.array(list(map(_offset, puts)), pa.int64()),
+        pa.array(offsets, pa.int64()),
         _constant(OP_PUT, n),
         pa.array(list(map(_id, puts)), pa.int64()),
-        _ts_from_ms(list(map(_add_time, puts)), zero_is_null=False),
-        _ts_from_ms(list(map(_expire_time, puts)), zero_is_null=True),
+        _ts_from_ms(add_times, zero_is_null=False),
+        _ts_from_ms(expire_times, zero_is_null=True),
         pa.array(list(map(_error_count, puts)), pa.int32()),
         pa.array(sizes, pa.int32()),
         data,
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
+    yield pa.RecordBatch.from_arrays(columns, schema=arrow_schema())
+    for offset, message in problems:
+        yield problem_batch(jf.queue, jf.reader, jf.name, offset, message)
 
 
 def _open(jf: JournalFile):  # noqa: ANN202 - a file object
@@ -220,10 +265,10 @@ def _scan_segment(
                         put_ends.append(rec_end)
                 if view is None:
                     if puts:
-                        yield _puts_batch(jf, puts, None, None)
+                        yield from _puts_batches(jf, puts, None, None)
                 else:
                     for lo, hi in _byte_bounded([p.size for p in puts]):
-                        yield _puts_batch(jf, puts[lo:hi], put_ends[lo:hi], view)
+                        yield from _puts_batches(jf, puts[lo:hi], put_ends[lo:hi], view)
             pos = res.pos
             if res.status == codec.Status.MORE and hit_limit and pos < stop:
                 continue
@@ -298,7 +343,7 @@ def read_kestrel2(
                         mm, pos, kestrel_2_0=kestrel_2_0, include_data=False, limit=8192
                     )
                     for lo, hi in _byte_bounded([op.size or 0 for op in ops]):
-                        yield _kestrel2_batch(jf, ops[lo:hi], view)
+                        yield from _kestrel2_batches(jf, ops[lo:hi], view)
                     if problem is not None:
                         yield problem_batch(jf.queue, jf.reader, jf.name, stop, problem)
                         return
@@ -310,12 +355,17 @@ def read_kestrel2(
                     view.release()
 
 
-def _kestrel2_batch(
+def _kestrel2_batches(
     jf: JournalFile, ops: list[Kestrel2Op], view: memoryview | None
-) -> pa.RecordBatch:
+) -> Iterator[pa.RecordBatch]:
+    """Columns of 2.x operations, then a PROBLEM row for each time no TIMESTAMP can hold."""
     import pyarrow as pa
 
     n = len(ops)
+    offsets = [op.offset for op in ops]
+    add_times, expire_times, problems = _misplaced(
+        offsets, [op.add_time for op in ops], [op.expire_time for op in ops]
+    )
     ts = pa.timestamp("us", tz="UTC")
     if view is None:
         data = pa.nulls(n, pa.binary())
@@ -329,27 +379,24 @@ def _kestrel2_batch(
         else:  # ops without an item (REMOVE, ...) get a null
             where = {i: k for k, i in enumerate(items)}
             data = gathered.take(pa.array([where.get(i) for i in range(n)], pa.int64()))
-    return pa.RecordBatch.from_arrays(
+    yield pa.RecordBatch.from_arrays(
         [
             _constant(jf.queue, n),
             _constant(jf.reader, n),
             _constant(jf.name, n),
-            pa.array([op.offset for op in ops], pa.int64()),
+            pa.array(offsets, pa.int64()),
             pa.array([op.name for op in ops], pa.string()),
             pa.array([op.xid for op in ops], pa.int64()),
-            pa.array(
-                [None if op.add_time is None else op.add_time * 1000 for op in ops], pa.int64()
-            ).view(ts),
-            pa.array(
-                [None if op.expire_time is None else op.expire_time * 1000 for op in ops],
-                pa.int64(),
-            ).view(ts),
+            pa.array([None if t is None else t * 1000 for t in add_times], pa.int64()).view(ts),
+            pa.array([None if t is None else t * 1000 for t in expire_times], pa.int64()).view(ts),
             pa.nulls(n, pa.int32()),
             pa.array([op.size for op in ops], pa.int32()),
             data,
         ],
         schema=arrow_schema(),
     )
+    for offset, message in problems:
+        yield problem_batch(jf.queue, jf.reader, jf.name, offset, message)
 
 
 def read_file(

@@ -6,12 +6,18 @@ Reads the shapes Kestrel's own ``config/*.scala`` files use (2.4 and 3.0):
 assignments in the ``new KestrelConfig { ... }`` body, ``default.KEY`` (and
 3.0's ``default.defaultReader.KEY``), ``queues = new QueueBuilder { ... } ::
 ...`` (or ``List(...)``), ``aliases = new AliasBuilder { ... } :: ...``,
-3.0's ``readers = Map("name" -> new QueueReaderBuilder { ... })``, sizes such
-as ``16.megabytes``, durations such as ``1.second``, ``Some(...)`` and
-``None``.  It prints the TOML on stdout and names every line it could not
-translate on stderr.  Exit status 0 when everything was translated, 1 when
-some line was not (the TOML is still printed), 2 when the file cannot be read.
-The key mapping is :mod:`kestreld.config.kestrel`.
+3.0's ``readers = Map("name" -> new QueueReaderBuilder { ... })``, 2.4's
+``zookeeper = Some(new ZooKeeperBuilder { ... })`` (as ``[zookeeper]``), sizes
+such as ``16.megabytes``, durations such as ``1.second``, ``Some(...)`` and
+``None``; :mod:`kestreld.tools.scala_config` reads the Scala.  It prints the
+TOML of everything it could translate on stdout and names every line it could
+not (a setting without a kestreld equivalent, or Scala it does not evaluate:
+``sys.props``, ``if``, helper ``def``s) on stderr with its line number.  Exit
+status 0 when everything was translated, 1 when some line was not (the TOML is
+still printed), 2 when the file cannot be read or holds no
+``new KestrelConfig { ... }``.  The queue key mapping is
+:mod:`kestreld.config.kestrel`; the server settings kestreld gained since
+(ports, session trace, statuses, connection limits) are :data:`SERVER_SETTINGS`.
 """
 
 from __future__ import annotations
@@ -22,274 +28,40 @@ import sys
 from dataclasses import dataclass, field
 
 from kestreld.config import kestrel
-
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
-
-_SIZE_UNITS = {
-    "byte": 1, "bytes": 1, "kilobyte": KiB, "kilobytes": KiB, "megabyte": MiB,
-    "megabytes": MiB, "gigabyte": GiB, "gigabytes": GiB, "terabyte": GiB * 1024,
-    "terabytes": GiB * 1024,
-}  # fmt: skip
-_DURATION_UNITS = {
-    "nanosecond": 0.000001, "nanoseconds": 0.000001, "microsecond": 0.001,
-    "microseconds": 0.001, "millisecond": 1, "milliseconds": 1, "second": 1000,
-    "seconds": 1000, "minute": 60_000, "minutes": 60_000, "hour": 3_600_000,
-    "hours": 3_600_000, "day": 86_400_000, "days": 86_400_000,
-}  # fmt: skip
-_FOREVER = {"Duration.MaxValue", "Duration.Top", "Duration.forever", "Duration.Inf"}
-_UNLIMITED_SIZE = {"Long.MaxValue.bytes", "Long.MaxValue"}
-_MAX_INT = {"Int.MaxValue"}
-
-_TOKEN_RE = re.compile(
-    r"""
-    (?P<space>[ \t\r]+)
-  | (?P<newline>\n)
-  | (?P<line_comment>//[^\n]*)
-  | (?P<block_comment>/\*.*?\*/)
-  | (?P<string>"(?:[^"\\\n]|\\.)*")
-  | (?P<number>\d+(?:\.\d+)?[LlDdFf]?(?=[^\w]|$))
-  | (?P<word>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)
-  | (?P<op>::|->|[{}()=,+.])
-    """,
-    re.VERBOSE | re.DOTALL,
+from kestreld.tools.scala_config import (
+    Assignment,
+    Duration,
+    GiB,
+    KiB,
+    MiB,
+    New,
+    Opaque,
+    ScalaError,
+    Size,
+    read_config,
 )
 
-
-class ScalaError(Exception):
-    """A construct this converter does not read (names the line)."""
-
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(f"line {line}: {message}")
-        self.line = line
-
-
-@dataclass(slots=True)
-class Token:
-    kind: str
-    text: str
-    line: int
-
-
-def tokenize(text: str) -> list[Token]:
-    tokens = []
-    line = 1
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN_RE.match(text, pos)
-        if m is None:
-            tokens.append(Token("other", text[pos], line))
-            pos += 1
-            continue
-        kind = m.lastgroup or "other"
-        value = m.group()
-        if kind not in ("space", "newline", "line_comment", "block_comment"):
-            tokens.append(Token(kind, value, line))
-        line += value.count("\n")
-        pos = m.end()
-    return tokens
-
-
-# --- values ------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Size:
-    bytes: int | None  # None = unlimited
-
-
-@dataclass(slots=True)
-class Duration:
-    ms: int | None  # None = forever
-
-
-@dataclass(slots=True)
-class Opaque:
-    """An expression this converter cannot evaluate (kept as text for the report)."""
-
-    text: str
-
-
-@dataclass(slots=True)
-class Assignment:
-    path: str
-    value: object
-    line: int
-    end_line: int
-
-
-@dataclass(slots=True)
-class New:
-    cls: str
-    body: list[Assignment]
-    line: int
-
-
-class Parser:
-    def __init__(self, tokens: list[Token]) -> None:
-        self.tokens = tokens
-        self.pos = 0
-
-    def peek(self, offset: int = 0) -> Token | None:
-        i = self.pos + offset
-        return self.tokens[i] if i < len(self.tokens) else None
-
-    def take(self) -> Token:
-        tok = self.peek()
-        if tok is None:
-            raise ScalaError(self.tokens[-1].line if self.tokens else 1, "unexpected end of file")
-        self.pos += 1
-        return tok
-
-    def expect(self, text: str) -> Token:
-        tok = self.take()
-        if tok.text != text:
-            raise ScalaError(tok.line, f"expected {text!r}, found {tok.text!r}")
-        return tok
-
-    def config(self) -> New:
-        """``import ...`` lines, then ``new KestrelConfig { ... }``."""
-        while (tok := self.peek()) is not None and tok.text == "import":
-            line = tok.line
-            while (t := self.peek()) is not None and t.line == line:
-                self.pos += 1
-        tok = self.peek()
-        if tok is None or tok.text != "new":
-            raise ScalaError(tok.line if tok else 1, "expected new KestrelConfig { ... }")
-        value = self.expression()
-        if not isinstance(value, New):
-            raise ScalaError(tok.line, "expected new KestrelConfig { ... }")
-        return value
-
-    def body(self) -> list[Assignment]:
-        """Assignments up to the closing brace (consumed)."""
-        out = []
-        while True:
-            tok = self.peek()
-            if tok is None:
-                raise ScalaError(self.tokens[-1].line, "missing '}'")
-            if tok.text == "}":
-                self.pos += 1
-                return out
-            start = self.take()
-            if start.kind != "word":
-                raise ScalaError(start.line, f"expected an assignment, found {start.text!r}")
-            self.expect("=")
-            value = self.expression()
-            end = self.tokens[self.pos - 1].line
-            out.append(Assignment(start.text, value, start.line, end))
-
-    def expression(self) -> object:
-        first = self.operand()
-        if (tok := self.peek()) is not None and tok.text == "::":
-            items = [first]
-            while (tok := self.peek()) is not None and tok.text == "::":
-                self.pos += 1
-                nxt = self.operand()
-                if nxt != "Nil":
-                    items.append(nxt)
-            return items
-        if (tok := self.peek()) is not None and tok.text == "+":
-            # String concatenation, e.g. System.getenv("HOME") + "/queues": not evaluated.
-            parts = [first]
-            while (tok := self.peek()) is not None and tok.text == "+":
-                self.pos += 1
-                parts.append(self.operand())
-            return Opaque(" + ".join(_show(p) for p in parts))
-        return first
-
-    def operand(self) -> object:
-        tok = self.take()
-        if tok.kind == "string":
-            return json.loads(tok.text)
-        if tok.kind == "number":
-            number = tok.text.rstrip("LlDdFf")
-            value: float | int = float(number) if "." in number else int(number)
-            nxt = self.peek()
-            if nxt is not None and nxt.text == "." and (unit := self.peek(1)) is not None:
-                self.pos += 2
-                return _with_unit(value, unit.text, tok.line)
-            return value
-        if tok.text == "new":
-            cls = self.take()
-            args: list[object] = []
-            if (nxt := self.peek()) is not None and nxt.text == "(":
-                self.pos += 1
-                args = self.arguments()
-            if (nxt := self.peek()) is None or nxt.text != "{":
-                if args:  # new File("/path"): kept as text
-                    return Opaque(f"{cls.text}({', '.join(_show(a) for a in args)})")
-                return New(cls.text, [], cls.line)
-            self.pos += 1
-            return New(cls.text, self.body(), cls.line)
-        if tok.kind == "word":
-            word = tok.text
-            if word in ("true", "false"):
-                return word == "true"
-            if word in ("None", "Nil"):
-                return None if word == "None" else "Nil"
-            if word in _FOREVER:
-                return Duration(None)
-            if word in _UNLIMITED_SIZE:
-                return Size(None)
-            if word in _MAX_INT:
-                return None
-            if word in ("Some", "List", "Map", "Seq") and (nxt := self.peek()) is not None:
-                if nxt.text == "(":
-                    self.pos += 1
-                    args = self.arguments()
-                    if word == "Some":
-                        if len(args) != 1:
-                            raise ScalaError(tok.line, "Some(...) takes one value")
-                        return args[0]
-                    if word == "Map":
-                        return dict(args)  # type: ignore[arg-type]
-                    return list(args)
-            if (nxt := self.peek()) is not None and nxt.text == "(":
-                self.pos += 1
-                args = self.arguments()
-                return Opaque(f"{word}({', '.join(_show(a) for a in args)})")
-            return Opaque(word)
-        if tok.text == "(":
-            value = self.expression()
-            self.expect(")")
-            return value
-        raise ScalaError(tok.line, f"unexpected {tok.text!r}")
-
-    def arguments(self) -> list[object]:
-        """Comma-separated expressions (``a -> b`` pairs too) up to ``)`` (consumed)."""
-        args: list[object] = []
-        while True:
-            tok = self.peek()
-            if tok is None:
-                raise ScalaError(self.tokens[-1].line, "missing ')'")
-            if tok.text == ")":
-                self.pos += 1
-                return args
-            value = self.expression()
-            if (nxt := self.peek()) is not None and nxt.text == "->":
-                self.pos += 1
-                value = (value, self.expression())
-            args.append(value)
-            if (nxt := self.peek()) is not None and nxt.text == ",":
-                self.pos += 1
-
-
-def _with_unit(value: float | int, unit: str, line: int) -> object:
-    if unit in _SIZE_UNITS:
-        return Size(int(value * _SIZE_UNITS[unit]))
-    if unit in _DURATION_UNITS:
-        return Duration(int(value * _DURATION_UNITS[unit]))
-    raise ScalaError(line, f"unknown unit .{unit}")
-
-
-def _show(value: object) -> str:
-    if isinstance(value, Opaque):
-        return value.text
-    if isinstance(value, str):
-        return json.dumps(value)
-    return repr(value)
+#: Kestrel server settings kestreld has, with how each value is read: ``port`` (an
+#: ``Option[Int]``, None = off), ``count`` (``Option[Int]``, None = no limit), ``bool``,
+#: ``str``, ``duration`` or ``status`` (Kestrel's ``Up``, ``ReadOnly``, ...).
+SERVER_SETTINGS: dict[str, tuple[str, str]] = {
+    "memcacheListenPort": ("port", "port"),
+    "textListenPort": ("text_port", "port"),
+    "thriftListenPort": ("thrift_port", "port"),
+    "enableSessionTrace": ("enable_session_trace", "bool"),
+    "defaultStatus": ("default_status", "status"),
+    "statusFile": ("status_file", "str"),
+    "statusChangeGracePeriod": ("status_change_grace_period", "duration"),
+    "connectionLimitRefuseWrites": ("connection_limit_refuse_writes", "count"),
+    "connectionLimitRefuseReads": ("connection_limit_refuse_reads", "count"),
+}
+_STATUSES = ("up", "readonly", "quiescent", "writeavoid")  # Kestrel's Up, ReadOnly, ...
+#: Kestrel 2.4's ZooKeeperBuilder ACLs -> kestreld's zookeeper.acl.
+ZOOKEEPER_ACLS = {
+    "OpenUnsafeACL": "open_unsafe",
+    "EveryoneReadCreatorAllACL": "everyone_read_creator_all",
+}
+ZOOKEEPER_PORT = 2181  # ZooKeeperBuilder.port's default
 
 
 # --- translation ---------------------------------------------------------------------------
@@ -308,6 +80,7 @@ class Translation:
     defaults: dict[str, object] = field(default_factory=dict)
     queues: dict[str, dict[str, object]] = field(default_factory=dict)
     aliases: dict[str, list[str]] = field(default_factory=dict)
+    zookeeper: dict[str, object] = field(default_factory=dict)
     comments: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
@@ -326,17 +99,24 @@ class Translator:
     def not_needed(self, a: Assignment, reason: str) -> None:
         self.out.comments.append(f"# line {a.line}: {self.source(a)}  -- not needed: {reason}")
 
-    def config(self, top: New) -> Translation:
+    def config(self, top: New, also_set: frozenset[str] = frozenset()) -> Translation:
         for a in top.body:
             self.server_assignment(a)
-        # Where Kestrel's defaults differ from kestreld's, keep Kestrel's behaviour.
+        # Where Kestrel's defaults differ from kestreld's, keep Kestrel's behaviour (unless
+        # the key is set, even by a line not translated: a default would hide that line).
         server = self.out.server
-        if "listen_address" not in server:
+        written = {a.path for a in top.body} | also_set
+        if "listenAddress" not in written:
             server["listen_address"] = "0.0.0.0"
             self.out.comments.append("# Kestrel's default listenAddress: 0.0.0.0")
-        if "max_open_reads" not in server:
+        if "maxOpenTransactions" not in written:
             server["max_open_reads"] = 1
             self.out.comments.append("# Kestrel's default maxOpenTransactions: 1")
+        for key, port in (("textListenPort", 2222), ("thriftListenPort", 2229)):
+            if key not in written:
+                self.out.comments.append(
+                    f"# Kestrel 2.4's default {key} was {port}: off here unless set"
+                )
         return self.out
 
     def server_assignment(self, a: Assignment) -> None:
@@ -357,6 +137,12 @@ class Translator:
             return
         if path == "loggers":
             self.loggers(a)
+            return
+        if path == "zookeeper":
+            self.zookeeper(a)
+            return
+        if path in SERVER_SETTINGS:
+            self.server_setting(a, *SERVER_SETTINGS[path])
             return
         if path == "admin.httpPort":
             port = a.value
@@ -396,10 +182,89 @@ class Translator:
         if isinstance(value, Duration | Size):
             self.problem(a, "expected a plain value")
             return
-        if key == "port" and value is None:
-            self.problem(a, "kestreld always listens for memcache clients")
-            return
         self.out.server[key] = value
+
+    def server_setting(self, a: Assignment, key: str, kind: str) -> None:
+        value = a.value
+        if isinstance(value, Opaque) and kind == "status":
+            status = value.text.rpartition(".")[2].lower()
+            if status in _STATUSES:
+                self.out.server[key] = status
+            else:
+                self.problem(a, f"unknown status {value.text} (expected Up, ReadOnly, ...)")
+            return
+        if isinstance(value, Opaque):
+            self.problem(a, f"cannot evaluate {value.text}")
+        elif isinstance(value, bool) and kind != "bool":
+            self.problem(a, f"expected {_KINDS[kind]}")
+        elif kind == "port" and (value is None or isinstance(value, int)):
+            self.out.server[key] = 0 if value is None else value  # None: that port is off
+        elif kind == "count" and (value is None or isinstance(value, int)):
+            if value is not None:
+                self.out.server[key] = value
+        elif kind == "bool" and isinstance(value, bool):
+            self.out.server[key] = value
+        elif kind == "str" and isinstance(value, str):
+            self.out.server[key] = value
+        elif kind == "duration" and isinstance(value, Duration) and value.ms is not None:
+            self.out.server[key] = _toml_value(value)
+        else:
+            self.problem(a, f"expected {_KINDS[kind]}")
+
+    def zookeeper(self, a: Assignment) -> None:
+        """``zookeeper = Some(new ZooKeeperBuilder { ... })``: the ``[zookeeper]`` table."""
+        builder = a.value
+        if builder is None:
+            return  # None: no server sets, as in kestreld without [zookeeper]
+        if not isinstance(builder, New) or builder.cls != "ZooKeeperBuilder":
+            self.problem(a, "expected Some(new ZooKeeperBuilder { ... })")
+            return
+        table: dict[str, object] = {}
+        guarded = True  # False when the ACL or credentials were not translated
+        host: str | None = None
+        port: int = ZOOKEEPER_PORT
+        for inner in builder.body:
+            key, value = inner.path, inner.value
+            if key == "host" and isinstance(value, str) and value:
+                host = value
+            elif key == "port" and isinstance(value, int):
+                port = value
+            elif key == "pathPrefix" and isinstance(value, str):
+                table["path_prefix"] = value
+            elif key == "sessionTimeout" and isinstance(value, Duration) and value.ms:
+                table["session_timeout"] = _toml_value(value)
+            elif key == "credentials" and value is None:
+                pass
+            elif key == "credentials" and _is_pair(value):
+                user, password = value  # type: ignore[misc]
+                table["credentials"] = f"{user}:{password}"
+            elif key == "acl" and isinstance(value, Opaque) and value.text in ZOOKEEPER_ACLS:
+                table["acl"] = ZOOKEEPER_ACLS[value.text]
+            elif key in ("clientInitializer", "serverSetInitializer") and value is None:
+                pass
+            elif key in ("clientInitializer", "serverSetInitializer"):
+                self.problem(inner, "kestreld runs no code from its config")
+            elif key == "acl":
+                self.problem(inner, "expected OpenUnsafeACL or EveryoneReadCreatorAllACL")
+                guarded = False
+            elif key in ("host", "port", "pathPrefix", "sessionTimeout", "credentials"):
+                self.problem(inner, f"cannot translate this {key}")
+                guarded = guarded and key != "credentials"
+            else:
+                self.problem(inner, "unknown ZooKeeperBuilder setting")
+        if not guarded:
+            # Written without them, the members would be open to any ZooKeeper session.
+            self.problem(a, "[zookeeper] left out: its acl or credentials were not translated")
+            return
+        if host is None:
+            self.problem(a, "ZooKeeperBuilder needs a host")
+            return
+        if "path_prefix" not in table:
+            self.problem(a, "ZooKeeperBuilder needs a pathPrefix")
+            return
+        # Kestrel's host is one name (often a DNS name for the ensemble) and one port.
+        table = {"hosts": f"{host}:{port}", **table}
+        self.out.zookeeper = table
 
     def loggers(self, a: Assignment) -> None:
         levels = []
@@ -519,6 +384,19 @@ class Translator:
             self.problem(a, "expected a duration")
 
 
+_KINDS = {
+    "port": "a port number or None",
+    "count": "a number or None",
+    "bool": "true or false",
+    "str": "a string",
+    "duration": "a duration such as 10.seconds",
+}
+
+
+def _is_pair(value: object) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
 def _builders(value: object) -> list[New]:
     if isinstance(value, New):
         return [value]
@@ -571,6 +449,10 @@ def render_toml(t: Translation, source: str) -> str:
         lines.append("")
         lines.append("# defaults of every queue")
         lines += [f"{k} = {_render_value(v)}" for k, v in t.defaults.items()]
+    if t.zookeeper:
+        lines.append("")
+        lines.append("[zookeeper]")
+        lines += [f"{k} = {_render_value(v)}" for k, v in t.zookeeper.items()]
     for name, table in t.queues.items():
         lines.append("")
         lines.append(f"[queues.{_key(name)}]")
@@ -583,12 +465,27 @@ def render_toml(t: Translation, source: str) -> str:
 
 
 def convert(text: str, source: str = "config") -> tuple[str, list[Problem]]:
-    """The TOML and the lines not translated; raises ScalaError for an unreadable file."""
-    top = Parser(tokenize(text)).config()
-    if top.cls != "KestrelConfig":
-        raise ScalaError(top.line, f"expected new KestrelConfig, found new {top.cls}")
-    translation = Translator(text.splitlines()).config(top)
-    return render_toml(translation, source), translation.problems
+    """The TOML and every line not translated; raises ScalaError when there is no config to read.
+
+    A statement the Scala reader cannot read is named like a setting without a
+    kestreld equivalent: the rest of the file is translated all the same.
+    """
+    scala = read_config(text)
+    lines = text.splitlines()
+    also_set = frozenset(s.key for s in scala.skipped if s.key is not None)
+    translation = Translator(lines).config(scala.top, also_set)
+    problems = list(translation.problems)
+    for skipped in scala.skipped:
+        reason = skipped.reason
+        if skipped.end_line > skipped.line:
+            reason += f"; lines {skipped.line}-{skipped.end_line}"
+        problems.append(Problem(skipped.line, _line(lines, skipped.line), reason))
+    problems.sort(key=lambda p: p.line)
+    return render_toml(translation, source), problems
+
+
+def _line(lines: list[str], number: int) -> str:
+    return lines[number - 1].strip() if 0 < number <= len(lines) else ""
 
 
 def main(argv: list[str]) -> int:
@@ -601,6 +498,9 @@ def main(argv: list[str]) -> int:
             text = f.read()
     except OSError as e:
         print(f"kestreld: {path}: {e.strerror}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError:
+        print(f"kestreld: {path}: not a Kestrel config: not UTF-8 text", file=sys.stderr)
         return 2
     try:
         toml, problems = convert(text, path)

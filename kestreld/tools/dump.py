@@ -3,12 +3,15 @@
 Native writer segments and reader checkpoints are decoded with
 :mod:`kestreld.journal.codec`, Kestrel 2.x journals with
 :mod:`kestreld.journal.kestrel2`; nothing here decodes bytes itself.  A
-folder argument means every journal file in it (temporaries excluded).
+folder argument means every journal file in it; every other file of the
+folder is named on stderr with the reason it was left out.
 
 Each record is one line: offset, operation, ids, times (ISO-8601 UTC, ``Z``),
 sizes and a short escaped preview of the data.  ``--stats`` prints one
 summary line per file instead.  A damaged or truncated tail is reported
-after the records before it; it never stops the dump of the next file.
+after the records before it and named on stderr; it never stops the dump
+of the next file, and makes the exit status 1 (a health check can rely on
+``journal dump --stats FOLDER`` exiting 0 only when nothing is damaged).
 Files are memory-mapped and decoded in batches, so any size can be dumped.
 """
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from kestreld.journal import codec
-from kestreld.journal.files import TEMP_MARK, split_queue_name
+from kestreld.journal.files import LOCK_FILE, STATUS_FILE, TEMP_MARK, split_queue_name
 from kestreld.journal.kestrel2 import Kestrel2Op, scan_kestrel2
 
 PREVIEW_BYTES = 32
@@ -152,6 +155,13 @@ def _kestrel2_ops(
             return
 
 
+_TITLES = {
+    "writer": "writer segment",
+    "reader": "reader checkpoint",
+    "kestrel2": "Kestrel 2.x journal",
+}
+
+
 def file_kind(path: str) -> str | None:
     """``"writer"``, ``"reader"``, ``"kestrel2"``, or None for a file that is no journal.
 
@@ -180,16 +190,78 @@ def file_kind(path: str) -> str | None:
     return None
 
 
-def journal_paths(folder: str) -> list[str]:
-    """The journal files in a folder, sorted by name (temporaries and others left out)."""
-    paths = []
+@dataclass(slots=True)
+class Skipped:
+    """A file of a folder that is not dumped, and why; ``damaged`` when it should have been."""
+
+    path: str
+    reason: str
+    damaged: bool
+
+
+def _named_native(name: str) -> str | None:
+    """``"reader"`` or ``"writer"`` when a name has a native file's form, else None."""
+    queue, dot, rest = name.partition(".")
+    if not dot or split_queue_name(queue) is None:
+        return None
+    if rest.startswith("read."):
+        return "reader"
+    return "writer" if rest.isdigit() else None
+
+
+def _skip_reason(path: str) -> Skipped:
+    """Why a file that :func:`file_kind` does not recognise is left out."""
+    name = os.path.basename(path)
+    if name in (STATUS_FILE, LOCK_FILE):
+        return Skipped(path, "server state, not a journal file", damaged=False)
+    named = _named_native(name)
+    if named is None:
+        return Skipped(path, "not a journal file", damaged=False)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            magic = f.read(codec.MAGIC_SIZE)
+    except OSError as e:
+        return Skipped(path, f"cannot be read: {e.strerror}", damaged=True)
+    title = _TITLES[named]
+    if size == 0:
+        return Skipped(path, f"named as a {title} but empty (0 bytes)", damaged=True)
+    return Skipped(
+        path,
+        f"named as a {title} but does not start with its magic "
+        f"(first bytes {magic.hex()}, {size} bytes)",
+        damaged=True,
+    )
+
+
+def folder_files(folder: str) -> tuple[list[tuple[str, str]], list[Skipped]]:
+    """The journal files of a folder as ``(path, kind)``, sorted by name, and every file skipped.
+
+    Temporaries, server state and files that are no journal are skipped with
+    their reason; a file named as a native journal file that does not decode
+    as one is skipped as damaged.  Subfolders are not entered.
+    """
+    found: list[tuple[str, str]] = []
+    skipped: list[Skipped] = []
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
-        if TEMP_MARK in name or not os.path.isfile(path):
+        if os.path.isdir(path):
+            skipped.append(Skipped(path, "a folder (folders are not entered)", damaged=False))
             continue
-        if file_kind(path) is not None:
-            paths.append(path)
-    return paths
+        if not os.path.isfile(path):
+            skipped.append(Skipped(path, "not a regular file", damaged=False))
+            continue
+        if TEMP_MARK in name:
+            skipped.append(
+                Skipped(path, "a temporary (the server deletes it at start-up)", damaged=False)
+            )
+            continue
+        kind = file_kind(path)
+        if kind is None:
+            skipped.append(_skip_reason(path))
+        else:
+            found.append((path, kind))
+    return found, skipped
 
 
 # --- printing -------------------------------------------------------------------------
@@ -302,13 +374,6 @@ def _dump_kestrel2(
     return stats
 
 
-_TITLES = {
-    "writer": "writer segment",
-    "reader": "reader checkpoint",
-    "kestrel2": "Kestrel 2.x journal",
-}
-
-
 def dump_file(
     path: str, kind: str, *, stats_only: bool, kestrel_2_0: bool, out: TextIO
 ) -> FileStats:
@@ -346,16 +411,21 @@ def _stats_line(path: str, kind: str, size: int, stats: FileStats) -> str:
 
 
 def main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """``kestreld journal dump``.  Returns 0, or 1 when a path was missing or not a journal.
+    """``kestreld journal dump``.  Returns 0, or 1 when anything was missing or damaged.
 
-    Damaged files are dumped up to the damage and reported; they do not change
-    the exit code.
+    Every file left out and every damaged file is named on ``err`` with its
+    reason (``journal dump: PATH: skipped: ...`` / ``damaged: ...``); the other
+    files are dumped all the same.  Damaged means a file named as a journal
+    that is not one, or a journal whose records stop at a problem (also shown
+    in its dump); a temporary or a file that is no journal is only named.
     """
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     p = argparse.ArgumentParser(
         prog="kestreld journal dump",
-        description="Print native kestreld journal files and Kestrel 2.x journals record by record.",
+        description="Print native kestreld journal files and Kestrel 2.x journals record by record. "
+        "Files left out and damage found are named on stderr; the exit status is 1 when any "
+        "path was missing or any file damaged.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="journal files or queue folders")
     p.add_argument("--stats", action="store_true", help="one summary line per file instead")
@@ -369,24 +439,42 @@ def main(argv: list[str], out: TextIO | None = None, err: TextIO | None = None) 
     status = 0
     for arg in args.paths:
         if os.path.isdir(arg):
-            paths = journal_paths(arg)
-            if not paths:
+            try:
+                files, skipped = folder_files(arg)
+            except OSError as e:
+                print(f"journal dump: {arg}: {e.strerror}", file=err)
+                status = 1
+                continue
+            for skip in skipped:
+                label = "damaged" if skip.damaged else "skipped"
+                print(f"journal dump: {skip.path}: {label}: {skip.reason}", file=err)
+                if skip.damaged:
+                    status = 1
+            if not files:
                 print(f"{arg}: no journal files", file=out)
         elif os.path.isfile(arg):
-            paths = [arg]
+            kind = file_kind(arg)
+            if kind is None:
+                skip = _skip_reason(arg)
+                why = f" ({skip.reason})" if skip.damaged else ""
+                print(f"journal dump: {arg}: not a journal file{why}", file=err)
+                status = 1
+                continue
+            files = [(arg, kind)]
         else:
             print(f"journal dump: {arg}: no such file or folder", file=err)
             status = 1
             continue
-        for path in paths:
-            kind = file_kind(path)
-            if kind is None:
-                print(f"journal dump: {path}: not a journal file", file=err)
+        for path, kind in files:
+            try:
+                stats = dump_file(
+                    path, kind, stats_only=args.stats, kestrel_2_0=args.kestrel_2_0, out=out
+                )
+            except OSError as e:
+                print(f"journal dump: {path}: {e.strerror or e}", file=err)
                 status = 1
                 continue
-            try:
-                dump_file(path, kind, stats_only=args.stats, kestrel_2_0=args.kestrel_2_0, out=out)
-            except OSError as e:
-                print(f"journal dump: {path}: {e}", file=err)
+            for problem in stats.problems:
+                print(f"journal dump: {path}: damaged: {problem}", file=err)
                 status = 1
     return status

@@ -79,7 +79,7 @@ function rateCell(value, series, kind, label) {
   return td;
 }
 
-function row(q) {
+function row(q, states) {
   const tr = document.createElement("tr");
   tr.dataset.name = q.name;
   if (q.reader !== null) tr.className = "reader-row";
@@ -104,6 +104,7 @@ function row(q) {
   const badge = document.createElement("span");
   badge.className = "state " + q.attention;
   badge.textContent = q.attention;
+  badge.title = states[q.attention] || "";  // the server's definition (kestreld/admin/page.py)
   state.textContent = "";
   state.appendChild(badge);
   tr.appendChild(state);
@@ -135,7 +136,7 @@ function render(doc) {
   const body = document.createDocumentFragment();
   for (const q of doc.rows) {
     if (filter && !q.name.toLowerCase().includes(filter)) continue;
-    body.appendChild(row(q));
+    body.appendChild(row(q, doc.states || {}));
   }
   $("rows").replaceChildren(body);
   $("empty").hidden = doc.rows.length > 0;
