@@ -52,6 +52,7 @@ def test_only_many_errors_set_leaves_fewer_errors_at_the_head():
         ({"queues": {"q": {"expireToQueue": "x"}}}, "Kestrel's expireToQueue is expire_to_queue"),
         ({"maxOpenTransactions": 5}, "Kestrel's maxOpenTransactions is max_open_reads"),
         ({"maxJournalSize": "1GiB"}, "compaction threshold"),
+        ({"textListenPort": 2222}, "Kestrel's textListenPort is text_port in kestreld"),
     ],
 )
 def test_a_kestrel_key_name_is_refused_with_what_it_probably_meant(doc, message):

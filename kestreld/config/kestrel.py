@@ -15,6 +15,15 @@ SERVER_KEYS: dict[str, str] = {
     "expirationTimerFrequency": "expiration_timer_frequency",
     "clientTimeout": "client_timeout",
     "maxOpenTransactions": "max_open_reads",
+    "admin.httpPort": "metrics_port",
+    "textListenPort": "text_port",
+    "thriftListenPort": "thrift_port",
+    "enableSessionTrace": "enable_session_trace",
+    "defaultStatus": "default_status",
+    "statusFile": "status_file",
+    "statusChangeGracePeriod": "status_change_grace_period",
+    "connectionLimitRefuseWrites": "connection_limit_refuse_writes",
+    "connectionLimitRefuseReads": "connection_limit_refuse_reads",
 }
 
 #: Kestrel's per-queue keys (2.4 ``QueueBuilder``, 3.0 ``QueueBuilder`` and its
@@ -59,16 +68,7 @@ NOT_NEEDED: dict[str, str] = {
 
 #: Kestrel keys convert-config cannot translate, and why (it names the line, exit 1).
 UNTRANSLATED: dict[str, str] = {
-    "textListenPort": "kestreld speaks the memcache protocol only",
-    "thriftListenPort": "kestreld speaks the memcache protocol only",
     "connectionBacklog": "kestreld's listen backlog is fixed (4096)",
-    "statusFile": "kestreld keeps its status in the queue folder",
-    "defaultStatus": "kestreld starts UP (or in the status it saved)",
-    "statusChangeGracePeriod": "no equivalent",
-    "enableSessionTrace": "no per-session tracing; use --log-level debug",
-    "connectionLimitRefuseWrites": "no equivalent (see max_connections)",
-    "connectionLimitRefuseReads": "no equivalent (see max_connections)",
-    "zookeeper": "no ZooKeeper server set support in this config",
     "beFactoryClass": "no pluggable storage",
     "enableTrace": "no per-queue operation tracing; use --log-level debug",
     "whiteListClientIdForDequeue": "thrift client ids are not supported",

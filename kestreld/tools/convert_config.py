@@ -41,19 +41,20 @@ from kestreld.tools.scala_config import (
     read_config,
 )
 
-#: Kestrel server settings kestreld has, with how each value is read: ``port`` (an
-#: ``Option[Int]``, None = off), ``count`` (``Option[Int]``, None = no limit), ``bool``,
-#: ``str``, ``duration`` or ``status`` (Kestrel's ``Up``, ``ReadOnly``, ...).
-SERVER_SETTINGS: dict[str, tuple[str, str]] = {
-    "memcacheListenPort": ("port", "port"),
-    "textListenPort": ("text_port", "port"),
-    "thriftListenPort": ("thrift_port", "port"),
-    "enableSessionTrace": ("enable_session_trace", "bool"),
-    "defaultStatus": ("default_status", "status"),
-    "statusFile": ("status_file", "str"),
-    "statusChangeGracePeriod": ("status_change_grace_period", "duration"),
-    "connectionLimitRefuseWrites": ("connection_limit_refuse_writes", "count"),
-    "connectionLimitRefuseReads": ("connection_limit_refuse_reads", "count"),
+#: How convert-config reads the value of each Kestrel server setting kestreld has (the
+#: names are :data:`kestreld.config.kestrel.SERVER_KEYS`): ``port`` (an ``Option[Int]``,
+#: None = off), ``count`` (``Option[Int]``, None = no limit), ``bool``, ``str``,
+#: ``duration`` or ``status`` (Kestrel's ``Up``, ``ReadOnly``, ...).
+SERVER_SETTINGS: dict[str, str] = {
+    "memcacheListenPort": "port",
+    "textListenPort": "port",
+    "thriftListenPort": "port",
+    "enableSessionTrace": "bool",
+    "defaultStatus": "status",
+    "statusFile": "str",
+    "statusChangeGracePeriod": "duration",
+    "connectionLimitRefuseWrites": "count",
+    "connectionLimitRefuseReads": "count",
 }
 _STATUSES = ("up", "readonly", "quiescent", "writeavoid")  # Kestrel's Up, ReadOnly, ...
 #: Kestrel 2.4's ZooKeeperBuilder ACLs -> kestreld's zookeeper.acl.
@@ -142,7 +143,7 @@ class Translator:
             self.zookeeper(a)
             return
         if path in SERVER_SETTINGS:
-            self.server_setting(a, *SERVER_SETTINGS[path])
+            self.server_setting(a, kestrel.SERVER_KEYS[path], SERVER_SETTINGS[path])
             return
         if path == "admin.httpPort":
             port = a.value
