@@ -1,4 +1,4 @@
-"""``kestreld bench resources``: the bounded-resource figures of docs/operations.md.
+"""``python scripts/lab/resources.py``: the bounded-resource figures of docs/operations.md.
 
 Three runs, each on its own server: descriptors while a lagging fanout reader
 walks through 1,000 segments; RSS over 96,000 timed-out polls behind one long

@@ -1,7 +1,7 @@
 """The training run of the profile-guided build: the requests the compiled modules are laid out for.
 
 ``setup.py`` compiles the extensions instrumented (GCC's ``-fprofile-generate``), runs
-``python -m kestreld.bench.train`` with them, and compiles them again from what the run
+``scripts/build/pgo_train.py`` with them, and compiles them again from what the run
 counted (``-fprofile-use``): the blocks a request runs are laid out together, and what it
 never ran (error paths, slow paths, start-up) moves to cold sections.  A request then
 touches fewer pages and cache lines of code, which is most of what a request costs at one
