@@ -8,7 +8,7 @@ The tightest client in Python: ``sendall`` a request, ``recv`` to the end of its
 the next (no event loop, no other connection), so the server sees as short a gap between
 a reply and the next request as Python allows.  The load generator of ``kestreld bench`` serves its
 connections from an epoll loop and sends later; the two bracket what a one-connection
-client does (BENCHMARKS.md, the thirteenth round).  ``get`` and ``rget`` (``get
+client does (the thirteenth round of the performance notes, ``git show 67f5cad:BENCHMARKS.md``).  ``get`` and ``rget`` (``get
 q/close/open``) read a queue prefilled with enough items.  Server CPU is the process's user
 + system time over the round (/proc), so the client's own cost is not in it.  kestreld and
 Darner (``--darner`` or ``DARNER_BIN``) alternate, each on a fresh folder, the one that
