@@ -169,7 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
         "  kestreld bench backlog --size 1GiB --max-memory 16MiB",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    add_workload_parsers(sub)
+    add_compare_parser(sub)
+    add_backlog_parser(sub)
+    return parser
 
+
+def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
+    """One command per workload: put-many, get-drain, flood, leaky-reader, fanout, many-clients."""
     p = sub.add_parser(
         "put-many",
         help="C connections store N items (set-only)",
@@ -283,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     item_args(p, items=10_000)
     common(p)
 
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    """``compare``: the whole matrix against kestreld, memcached (and Darner)."""
     p = sub.add_parser(
         "compare",
         help="the whole matrix against kestreld and memcached, with the targets",
@@ -320,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(p, servers=False)
 
+
+def add_backlog_parser(sub: argparse._SubParsersAction) -> None:
+    """``backlog``: a large backlog, a restart and the drain."""
     p = sub.add_parser(
         "backlog",
         help="RSS with a large backlog, restart to first item, drain rate",
@@ -338,8 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default=None, help="where the queue folder is created")
     p.add_argument("--procs", type=int, default=2, help="load generator processes while loading")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-
-    return parser
 
 
 # --- running -------------------------------------------------------------------------------------------
