@@ -24,6 +24,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY kestreld ./kestreld
+# The profile-guided build's training run (setup.py runs it; without it the compile is plain).
+COPY scripts/build ./scripts/build
 RUN pip wheel --no-cache-dir --disable-pip-version-check --wheel-dir /wheels ".[zookeeper]"
 
 # --- the server -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ time) the install is pure Python and works the same, only slower; the server
 says so in a warning at start-up.
 
 With GCC the build is profile-guided (``KESTRELD_PGO=0`` turns it off): the
-extensions are compiled instrumented, ``python -m kestreld.bench.train`` runs a
+extensions are compiled instrumented, ``scripts/build/pgo_train.py`` runs a
 real server on a loopback port with them, and they are compiled again from the
 counts.  Any failure on that way (another compiler, no loopback, a training
 error) falls back to the plain compile, never to a failed install.
@@ -107,7 +107,13 @@ class OptionalBuildExt(build_ext):
             shutil.rmtree(profile_dir, ignore_errors=True)
 
     def _train(self) -> bool:
-        """Run ``kestreld.bench.train`` on the instrumented extensions: True when it ran."""
+        """Run ``scripts/build/pgo_train.py`` on the instrumented extensions: True when it ran."""
+        # A build step of the repository, not a module of the package: an sdist without
+        # scripts/ compiles plain.
+        training = HERE / "scripts" / "build" / "pgo_train.py"
+        if not training.is_file():
+            print(f"kestreld: no {training} to train with; plain compile", file=sys.stderr)
+            return False
         with tempfile.TemporaryDirectory(prefix="kestreld-train-") as tmp:
             package = Path(tmp, "kestreld")
             shutil.copytree(
@@ -128,7 +134,7 @@ class OptionalBuildExt(build_ext):
             env.update(PYTHONPATH=os.pathsep.join(path), PYTHONDONTWRITEBYTECODE="1")
             try:
                 run = subprocess.run(
-                    [sys.executable, "-m", "kestreld.bench.train"],
+                    [sys.executable, str(training)],
                     cwd=tmp,
                     env=env,
                     capture_output=True,

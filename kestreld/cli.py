@@ -35,7 +35,7 @@ _TOOLS = {
     ("convert-config",): "kestreld.tools.convert_config",
 }
 
-_TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests, benchmarks and crash soak
+_TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests against kestreld, memcached, Darner
 _TOOLS[("passwd",)] = "kestreld.tools.passwd"  # a user's auth file line (auth_file)
 
 

@@ -35,6 +35,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.journal.segment",
     "kestreld.journal.tick",
     "kestreld.journal.writer",
+    "kestreld.journal.journal_reader",
     "kestreld.queues.reader",
     "kestreld.queues.journaled_queue",
     "kestreld.queues.collection",

@@ -1,14 +1,16 @@
-"""``python -m kestreld.bench.pingpong``: the blocking one-connection client's figures."""
+"""``scripts/lab/pingpong.py``: the blocking one-connection client's figures."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from lab import instrument
 
-from kestreld.bench.pingpong import main, summarize
 from kestreld.bench.servers import KestreldServer, darner_path
-from kestreld.bench.tight_client import TightClient, build
+
+main, summarize = instrument("pingpong").main, instrument("pingpong").summarize
+TightClient, build = instrument("tight_client").TightClient, instrument("tight_client").build
 
 
 def test_pingpong_reports_server_cpu_per_request_for_each_op(capsys):

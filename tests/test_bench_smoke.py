@@ -11,9 +11,9 @@ import os
 import time
 
 import pytest
+from lab import instrument
 
 from kestreld.bench import cli as bench_cli
-from kestreld.bench import profiling as bench_profile
 from kestreld.bench.backlog import run_backlog
 from kestreld.bench.report import compare_table, evaluate, rows_table
 from kestreld.bench.servers import memcached_path
@@ -132,11 +132,11 @@ def test_backlog_restart_and_drain(tmp_path):
 
 def test_every_command_has_help(capsys):
     parser = bench_cli.build_parser()
-    for command in (*WORKLOADS, "compare", "backlog", "profile"):
+    for command in (*WORKLOADS, "compare", "backlog"):
         with pytest.raises(SystemExit) as e:
             parser.parse_args([command, "--help"])
         assert e.value.code == 0
-    assert capsys.readouterr().out.count("usage: kestreld bench") == len(WORKLOADS) + 3
+    assert capsys.readouterr().out.count("usage: kestreld bench") == len(WORKLOADS) + 2
 
 
 def test_compare_matrix_holds_the_rows_the_targets_read():
@@ -184,7 +184,7 @@ def test_a_server_cpu_that_read_zero_gives_no_ratio_and_no_error():
 def test_profile_summary_shares_of_self_and_total(tmp_path):
     raw = tmp_path / "p.txt"
     raw.write_text("main (a.py:1);loop (b.py:2);flush (c.py:3) 3\nmain (a.py:1);loop (b.py:9) 1\n")
-    text = bench_profile.summarize(raw)
+    text = instrument("profiling").summarize(raw)
     assert "75.0%  flush (c.py)" in text
     assert "100.0%  loop (b.py)" in text
 
@@ -214,8 +214,8 @@ def test_two_instances_share_the_load_and_every_item_arrives_once(workload, tmp_
 
 
 def test_the_instances_command_reports_each_count(tmp_path, capsys):
-    code = bench_cli.main(
-        ["instances", "--max", "2", "--only", "set", "-c", "2", "-n", "1000", "--seconds", "0.5",
+    code = instrument("instances").main(
+        [ "--max", "2", "--only", "set", "-c", "2", "-n", "1000", "--seconds", "0.5",
          "--workdir", str(tmp_path), "--markdown"]
     )  # fmt: skip
     out = capsys.readouterr().out

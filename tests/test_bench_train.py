@@ -1,4 +1,4 @@
-"""The profile-guided build's training run (kestreld/bench/train.py) against a real server.
+"""The profile-guided build's training run (scripts/build/pgo_train.py) against a real server.
 
 setup.py compiles the extensions from what this run counts; a workload that stopped
 matching the server would make the build fall back to a plain compile, so every
@@ -12,9 +12,11 @@ import subprocess
 import sys
 
 from kestreld_process import Conn, KestreldProcess
+from lab import BUILD, build_step
 
 from kestreld import compiled
-from kestreld.bench import train
+
+train = build_step("pgo_train")
 
 
 def test_every_training_workload_runs_against_a_real_server_and_drains_its_queues(tmp_path):
@@ -35,7 +37,7 @@ def test_every_training_workload_runs_against_a_real_server_and_drains_its_queue
 def test_the_training_run_says_when_the_compiled_modules_do_not_run():
     env = dict(os.environ)
     out = subprocess.run(
-        [sys.executable, "-m", "kestreld.bench.train"],
+        [sys.executable, str(BUILD / "pgo_train.py")],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     if compiled.extensions_disabled() or compiled.implementation() != "compiled":

@@ -24,9 +24,9 @@ from waiting import wait_until
 
 from kestreld.config import ServerConfig
 from kestreld.journal import codec
+from kestreld.journal import journal_reader as journal_reader_module
 from kestreld.journal.files import checkpoint_name, segment_name
 from kestreld.queues import collection as collection_module
-from kestreld.queues import reader as reader_module
 from kestreld.queues.collection import QueueCollection
 
 Q = "fz"
@@ -94,7 +94,7 @@ class _Recorder:
 def logs(monkeypatch):
     rec = _Recorder()
     monkeypatch.setattr(collection_module, "log", rec)
-    monkeypatch.setattr(reader_module, "log", rec)
+    monkeypatch.setattr(journal_reader_module, "log", rec)
     return rec
 
 

@@ -73,7 +73,7 @@ def test_the_built_extensions_are_used_unless_disabled():
 
 
 def test_a_compiled_install_is_built_from_the_training_runs_counts():
-    """With GCC, setup.py compiles the extensions profile-guided (kestreld/bench/train.py);
+    """With GCC, setup.py compiles the extensions profile-guided (scripts/build/pgo_train.py);
     a plain compile here means the training run failed and the build fell back."""
     if len(built_extensions()) < len(compiled.MODULES):
         pytest.skip("no compiled modules in this install (no C compiler when it was built)")

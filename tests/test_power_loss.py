@@ -9,7 +9,7 @@ followed by ``power_cut()``.
 - a scripted workload (sets, reliable reads and confirms, 4 KiB segments, 1.5 KiB items
   so it rotates, archives dead segments and rewrites checkpoints) is cut at
   every durability boundary it crosses (``crash_at(n)``), and restarted;
-- the crash campaign of ``kestreld/bench/soak.py`` (producers, reliable and
+- the crash campaign of ``tests/support/crash_soak.py`` (producers, reliable and
   fanout consumers under load) with a power cut at random moments, half of
   them after the kernel wrote back a random half of the unsynced sectors;
 - ``sync_journal = N ms``: what a power cut loses is measured against N;
@@ -461,7 +461,7 @@ def test_a_failed_folder_fsync_after_a_rewrite_loses_no_later_confirm(lazyfs, tm
 
 
 def test_random_power_cuts_under_load_lose_no_acknowledged_item(lazyfs, tmp_path):
-    from kestreld.bench.soak import CrashCampaign
+    from crash_soak import CrashCampaign
 
     campaign = CrashCampaign(
         lazyfs.mount / "queues", seed=SEED, checkpoint_interval_ms=100, max_run=1.0

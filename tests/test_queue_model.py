@@ -1,13 +1,13 @@
-"""The queue core against a plain model of Kestrel's semantics (kestreld/bench/queue_model.py):
+"""The queue core against a plain model of Kestrel's semantics (tests/support/queue_model.py):
 random sequences of sets, gets, reliable reads, flushes, deletes, reader creation, expiry,
 limits, disconnects, restarts and kill -9 on a real server, every reply and every reader's
-stats compared.  CI runs a bounded number of sequences; ``kestreld bench model`` the long run."""
+stats compared.  CI runs a bounded number of sequences; ``scripts/queue-model`` the long run."""
 
 from __future__ import annotations
 
 import os
 
-from kestreld.bench import queue_model
+import queue_model
 
 #: Sequences per CI run (about two minutes on a loaded machine); KESTRELD_MODEL_EXAMPLES overrides.
 EXAMPLES = int(os.environ.get("KESTRELD_MODEL_EXAMPLES", "20"))

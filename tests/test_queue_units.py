@@ -263,7 +263,7 @@ async def test_reader_reads_behind_with_exact_counts(tmp_path):
     journal, reader = _journaled_reader(str(tmp_path), max_memory_size=1000)
     for i in range(20):
         await _put(journal, reader, b"%03d" % i + b"x" * 297)
-    assert reader.rb is not None and len(reader.memory) < 20
+    assert reader.journal_reader.read_behind is not None and len(reader.memory) < 20
     taken = []
     for left in range(19, -1, -1):
         item = reader.take(NOW)
@@ -271,7 +271,7 @@ async def test_reader_reads_behind_with_exact_counts(tmp_path):
         assert (reader.items, reader.bytes) == (left, left * 300)
         assert len(reader.memory) <= reader.items
     assert taken == list(range(1, 21))
-    assert reader.take(NOW) is None and reader.rb is None
+    assert reader.take(NOW) is None and reader.journal_reader.read_behind is None
     journal.close()
 
 
@@ -296,16 +296,17 @@ async def test_flush_with_an_open_read_holds_its_id_only(tmp_path):
         await _put(journal, reader, b"y" * 100)
     read = reader.open(reader.take(NOW))
     ticket = reader.flush()
-    assert (reader.head, reader.held, reader.done) == (30, {1}, set())
-    assert reader.items == 0 and reader.rb is None
+    jr = reader.journal_reader
+    assert (jr.head, jr.held, jr.done) == (30, {1}, set())
+    assert reader.items == 0 and reader.journal_reader.read_behind is None
     journal.flush()
     assert ticket.done and ticket.error is None
-    cp = read_checkpoint(reader.progress.path)
+    cp = read_checkpoint(reader.journal_reader.progress.path)
     assert (cp.head, cp.held) == (30, {1})
     assert reader.floor() == 0  # the segment of the open read stays
     reader.confirm(read)
     journal.flush()
-    assert reader.held == set() and reader.floor() == 0  # until the next rewrite
+    assert jr.held == set() and reader.floor() == 0  # until the next rewrite
     journal.close()
 
 
@@ -321,21 +322,21 @@ async def test_a_failed_confirm_kept_by_a_rewrite_is_rewritten_away_at_once(tmp_
     asked = []
     reader.ask_rewrites_from(asked.append)  # the queue rewrites it on the loop's next turn
     reader.confirm(read)
-    batch = reader.progress.write()  # appended; its group fsync has not finished
-    reader.dirty = True
+    batch = reader.journal_reader.progress.write()  # appended; its group fsync has not finished
+    reader.journal_reader.dirty = True  # a state to rewrite
     job = reader.start_compaction()
     job.run()
     reader.finish_compaction(job)
-    assert 1 in read_checkpoint(reader.progress.path).done  # the rewrite kept it
+    assert 1 in read_checkpoint(reader.journal_reader.progress.path).done  # the rewrite kept it
     batch.resolve("journal fsync failed: Input/output error")
     assert asked == [reader]
     reader.reopen(read)  # what the session does with a failed confirm
     reader.compact_now()
-    assert 1 not in read_checkpoint(reader.progress.path).done
-    assert 1 in reader.open_reads and reader.done == set()
+    assert 1 not in read_checkpoint(reader.journal_reader.progress.path).done
+    assert 1 in reader.open_reads and reader.journal_reader.done == set()
     reader.confirm(read)  # confirmed again once the disk takes it
     journal.flush()
-    assert 1 in read_checkpoint(reader.progress.path).done
+    assert 1 in read_checkpoint(reader.journal_reader.progress.path).done
     journal.close()
 
 

@@ -1,6 +1,6 @@
 """Crash durability: ``kill -9`` at random moments under mixed load, then the ledger.
 
-The campaign (``kestreld/bench/soak.py``, shared with ``scripts/soak``) runs at
+The campaign (``tests/support/crash_soak.py``, shared with ``scripts/soak``) runs at
 least 20 short server lives on one folder, once with ``sync_journal = 0`` and
 once with the default (no fsync: a process crash keeps what reached the OS):
 two producers sending pipelined batches, reliable consumers on the
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
+from crash_soak import TORN, CrashCampaign, CycleEvents, explained_by_cut_gets, item_key
 from kestreld_process import Conn
 
-from kestreld.bench.soak import TORN, CrashCampaign, CycleEvents, _explained_by_cut_gets, _key
 from kestreld.journal import codec
 
 CYCLES = int(os.environ.get("KESTRELD_CRASH_CYCLES", "24"))
@@ -106,11 +106,11 @@ def test_server_logged_no_errors_through_the_crashes(campaign):
 
 def test_ledger_names_an_item_with_zeroed_bytes_torn_and_never_a_key():
     """A record torn by a power cut (whole header, zeroed data) is its own delivery."""
-    assert _key(b"3.1.7|xxxx") == "3.1.7"
-    first, second = _key(b"\0" * 8 + b"|xx"), _key(b"\0" * 8 + b"|xx")
+    assert item_key(b"3.1.7|xxxx") == "3.1.7"
+    first, second = item_key(b"\0" * 8 + b"|xx"), item_key(b"\0" * 8 + b"|xx")
     assert first.startswith(TORN) and second.startswith(TORN) and first != second
-    assert _key(b"3.1.7|xx" + b"\0" * 512).startswith(TORN)  # key whole, data zeroed
-    assert _key(bytes([0xFF, 0xFE]) + b"|x") == "\xff\xfe"  # any bytes decode
+    assert item_key(b"3.1.7|xx" + b"\0" * 512).startswith(TORN)  # key whole, data zeroed
+    assert item_key(bytes([0xFF, 0xFE]) + b"|x") == "\xff\xfe"  # any bytes decode
 
 
 def test_ledger_excuses_a_missing_plain_get_item_only_by_gets_cut_after_its_store():
@@ -118,11 +118,11 @@ def test_ledger_excuses_a_missing_plain_get_item_only_by_gets_cut_after_its_stor
     life0 = CycleEvents(acked=["0.0.1", "0.0.2"], unanswered_gets=2)
     life1 = CycleEvents(acked=["1.0.1"])
     life2 = CycleEvents(acked=["2.0.1"], unanswered_gets=1)
-    assert _explained_by_cut_gets({"0.0.1", "0.0.2"}, [[life0], [life1]])
-    assert not _explained_by_cut_gets({"1.0.1"}, [[life0], [life1]])  # 2 cut gets, but earlier
-    assert _explained_by_cut_gets({"1.0.1"}, [[life0], [life1], [life2]])
-    assert not _explained_by_cut_gets({"1.0.1", "2.0.1"}, [[life0], [life1], [life2]])
-    assert _explained_by_cut_gets({"0.0.1", "2.0.1"}, [[life0], [life1], [life2]])
+    assert explained_by_cut_gets({"0.0.1", "0.0.2"}, [[life0], [life1]])
+    assert not explained_by_cut_gets({"1.0.1"}, [[life0], [life1]])  # 2 cut gets, but earlier
+    assert explained_by_cut_gets({"1.0.1"}, [[life0], [life1], [life2]])
+    assert not explained_by_cut_gets({"1.0.1", "2.0.1"}, [[life0], [life1], [life2]])
+    assert explained_by_cut_gets({"0.0.1", "2.0.1"}, [[life0], [life1], [life2]])
 
 
 # --- regressions: crash states found by the campaign -------------------------------------

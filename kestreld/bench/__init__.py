@@ -1,7 +1,9 @@
-"""The instrument: load tests against kestreld and memcached, the in-process hot-path
-benchmark, the crash soak and the pipeline benchmark, run as ``kestreld bench ...``
-(``scripts/bench``, ``scripts/soak`` and ``scripts/bench-pipeline`` call it).
+"""``kestreld bench``: load tests against kestreld, side by side with memcached and Darner
+(``scripts/bench`` calls it).  The load generator (load.py), the workloads (workloads.py),
+the servers it starts (servers.py), the backlog and restart test (backlog.py), the tables
+(report.py) and the command line (cli.py).
 
-Ships with the server, the way ``redis-benchmark`` ships with Redis: nothing here
-is imported by the server itself.
+Ships with the server, the way ``redis-benchmark`` ships with Redis: nothing here is
+imported by the server itself.  The instruments of the performance work live in the
+repository's ``scripts/lab/``, the crash soak and the model-based test in ``tests/support/``.
 """

@@ -2,9 +2,8 @@
 
 Every command starts its own server(s) on a free loopback port, in a fresh
 queue folder, and stops them when done.  Run ``kestreld bench <command> --help``.
-Three more commands are programs of their own, passed their arguments as they
-are: ``hotpath`` (the server's Python cost per request, in process), ``soak``
-(the crash soak), ``model`` (the model-based test of the queue core) and ``pipeline`` (the Spark data source against the codec).
+The instruments of the performance work (hot path, profiles, instances per
+core, ping-pong) are in the repository's ``scripts/lab/``, not in the package.
 """
 
 from __future__ import annotations
@@ -15,14 +14,11 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from kestreld.bench import instances as bench_instances
 from kestreld.bench import report
 from kestreld.bench.backlog import backlog_lines, run_backlog
-from kestreld.bench.profiling import Profiler, summarize
 from kestreld.bench.servers import machine_description
 from kestreld.bench.workloads import (
     Row,
@@ -118,12 +114,6 @@ def common(p: argparse.ArgumentParser, *, servers: bool = True) -> None:
         help="memcached -t (default: memcached's own default, 4)",
     )
     g.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    g.add_argument(
-        "--profile",
-        metavar="DIR",
-        help="record the kestreld server with py-spy (-f raw) into DIR and print its top functions",
-    )
-    g.add_argument("--profile-native", action="store_true", help="py-spy --native (C frames too)")
     g.add_argument("--markdown", action="store_true", help="print Markdown tables")
     g.add_argument(
         "--server-cpus",
@@ -172,23 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
         "Each figure comes with the server's CPU per operation (from /proc/<pid>/stat), its RSS, "
         "the load generator's own CPU and the CPU the rest of the machine used meanwhile.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="more commands, each with its own --help:\n"
-        "  hotpath    the server's own Python cost per set/get/reliable item, in process\n"
-        "  soak       crash soak: kill -9 under mixed load, then check the ledger\n"
-        "  model      the queue core against a model of Kestrel (the long model-based run)\n"
-        "  resources  descriptors, waiter and flush memory (docs/operations.md's figures)\n"
-        "  pipeline   the Spark data source against the plain-Python codec\n"
-        "\nexamples:\n"
+        epilog="examples:\n"
         "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
         "  kestreld bench flood --reliable -p 50 -c 50\n"
         "  kestreld bench compare --markdown-file BENCHMARKS-table.md\n"
-        "  kestreld bench backlog --size 1GiB --max-memory 16MiB\n"
-        "  kestreld bench profile --out /tmp/prof\n"
-        "  kestreld bench hotpath set get --connections 100\n"
-        "  kestreld bench instances --max 2 --markdown",
+        "  kestreld bench backlog --size 1GiB --max-memory 16MiB",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    add_workload_parsers(sub)
+    add_compare_parser(sub)
+    add_backlog_parser(sub)
+    return parser
 
+
+def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
+    """One command per workload: put-many, get-drain, flood, leaky-reader, fanout, many-clients."""
     p = sub.add_parser(
         "put-many",
         help="C connections store N items (set-only)",
@@ -302,8 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     item_args(p, items=10_000)
     common(p)
 
-    bench_instances.add_parser(sub)
 
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    """``compare``: the whole matrix against kestreld, memcached (and Darner)."""
     p = sub.add_parser(
         "compare",
         help="the whole matrix against kestreld and memcached, with the targets",
@@ -341,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(p, servers=False)
 
+
+def add_backlog_parser(sub: argparse._SubParsersAction) -> None:
+    """``backlog``: a large backlog, a restart and the drain."""
     p = sub.add_parser(
         "backlog",
         help="RSS with a large backlog, restart to first item, drain rate",
@@ -359,25 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", default=None, help="where the queue folder is created")
     p.add_argument("--procs", type=int, default=2, help="load generator processes while loading")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-
-    p = sub.add_parser(
-        "profile",
-        help="py-spy the server under the 100-connection set and get workloads",
-        description="Runs put-many and get-drain (1 KiB, 100 connections) against kestreld "
-        "with py-spy record -f raw attached, and prints the top functions (self and "
-        "inclusive). Throughput of a profiled run is not a benchmark figure.",
-    )
-    p.add_argument(
-        "--out", default=None, help="folder for the raw profiles (default: a temp folder)"
-    )
-    p.add_argument("-c", "--connections", type=int, default=100, help="connections (default: 100)")
-    p.add_argument("--size", type=size_arg, default=KiB, help="item size (default: 1KiB)")
-    p.add_argument("--seconds", type=float, default=8, help="seconds per workload (default: 8)")
-    p.add_argument("--native", action="store_true", help="py-spy --native")
-    p.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default: 250)")
-    p.add_argument("--top", type=int, default=25, help="functions to list (default: 25)")
-    p.add_argument("--procs", type=int, default=2, help="load generator processes")
-    return parser
 
 
 # --- running -------------------------------------------------------------------------------------------
@@ -423,18 +396,12 @@ def run_rows(
     for i, spec in enumerate(specs, 1):
         order = [s for r in range(repeat) for s in (servers if r % 2 == 0 else servers[::-1])]
         for server in order:
-            profile = None
-            if getattr(args, "profile", None) and server == "kestreld":
-                Path(args.profile).mkdir(parents=True, exist_ok=True)
-                raw = Path(args.profile) / f"{spec.key}.txt"
-                profile = (raw, lambda pid, raw=raw: Profiler(pid, raw, native=args.profile_native))
             log(f"[{i}/{len(specs)}] {spec.key} on {server}: {spec.describe()}")
             row = measure(
                 spec,
                 server,
                 workdir=args.workdir,
                 memcached_threads=args.memcached_threads,
-                profiler_factory=profile[1] if profile else None,
                 darner=getattr(args, "darner_bin", None),
                 server_cpus=args.server_cpus,
                 client_cpus=args.client_cpus,
@@ -450,8 +417,6 @@ def run_rows(
                 + (f"  ({row.placement})" if row.placement else "")
                 + (f"  ERRORS {row.errors}: {row.error_samples}" if row.errors else "")
             )
-            if profile:
-                log(summarize(profile[0]))
     return rows
 
 
@@ -644,63 +609,14 @@ def cmd_backlog(args: argparse.Namespace) -> int:
     return 1 if "FAILED" in b["check"] else 0
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
-    out = Path(args.out or tempfile.mkdtemp(prefix="kestreld-profile-"))
-    out.mkdir(parents=True, exist_ok=True)
-    base = Spec(
-        "put-many",
-        size=args.size,
-        connections=args.connections,
-        seconds=args.seconds,
-        items=10_000_000,
-        procs=args.procs,
-    )
-    for spec in (base, with_changes(base, workload="get-drain", items=int(40_000 * args.seconds))):
-        raw = out / f"{spec.key}.txt"
-        log(f"profiling {spec.describe()} -> {raw}")
-        row = measure(
-            spec,
-            "kestreld",
-            profiler_factory=lambda pid, raw=raw: Profiler(
-                pid, raw, rate=args.rate, native=args.native
-            ),
-        )
-        assert row is not None
-        print(
-            f"== {spec.describe()}: {row.rate:,.0f} {row.unit}s/s under py-spy, "
-            f"server {row.server_us:.1f} us/{row.unit}"
-        )
-        print(summarize(raw, args.top))
-        print()
-    return 0
-
-
-# commands that are programs of their own: name -> module whose main(argv) -> int runs it
-PROGRAMS = {
-    "hotpath": "kestreld.bench.hotpath",
-    "soak": "kestreld.bench.soak",
-    "model": "kestreld.bench.queue_model",
-    "resources": "kestreld.bench.resources",
-    "pipeline": "kestreld.bench.pipeline",
-}
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] and argv[0] in PROGRAMS:
-        import importlib
-
-        return int(importlib.import_module(PROGRAMS[argv[0]]).main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     args.argv = argv  # for the report's command line
     if args.command == "compare":
         return cmd_compare(args)
     if args.command == "backlog":
         return cmd_backlog(args)
-    if args.command == "profile":
-        return cmd_profile(args)
-    if args.command == "instances":
-        return bench_instances.run(args, log)
     return cmd_workload(args)
 
 

@@ -51,7 +51,8 @@ def context_switches(pid: int) -> tuple[int, int]:
     A voluntary switch is the thread going to sleep (``epoll_wait`` with nothing to read, a
     lock); an involuntary one is the scheduler taking the CPU from a thread that could run
     (a woken client preempting it).  Per operation they tell how a server spends the time
-    between requests: BENCHMARKS.md, the fourteenth round.  Threads that ended are not
+    between requests: the fourteenth round of the performance notes
+    (``git show 67f5cad:BENCHMARKS.md``).  Threads that ended are not
     counted (none of the three servers ends threads while it serves).
     """
     voluntary = involuntary = 0

@@ -13,3 +13,13 @@ cdef class Segment:
     cdef public long long visible
     cdef public long long items
     cdef public long long data_bytes
+
+    cpdef appended(self, long long id_, long long length, long long size)
+    cpdef wrote(self)
+    cpdef unbuffered(self)
+    cpdef cut_to(self, long long end)
+    cpdef acknowledged(self, long long end)
+    cpdef opened(self, long long size)
+    cpdef starts_at(self, long long first_id)
+    cpdef holds(self, long long first_id, long long last_id, long long items, long long data_bytes)
+    cpdef restarted(self)

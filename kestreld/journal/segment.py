@@ -2,7 +2,7 @@
 
 :class:`Segment` is one writer file (what the writer journal appends to and
 what readers read back).  A reader whose items do not fit in memory keeps a
-:class:`ReadBehind` cursor (segment, offset, next id) and refills memory
+read-behind cursor (``kestreld.journal.journal_reader``) and refills memory
 through the queue's :class:`SegmentReader`, which keeps the read-only
 descriptors of the few segments read last (an LRU): a queue holds a bounded
 number of descriptors however many segments a lagging reader walks through.
@@ -54,16 +54,53 @@ class Segment:
         self.items = items
         self.data_bytes = data_bytes
 
+    # The writer journal changes a segment only through these verbs.
 
-class ReadBehind:
-    """Where a reader resumes reading items that are only in the journal."""
+    def appended(self, id_: int, length: int, size: int) -> None:
+        """A put of ``id_`` (``length`` bytes of record, ``size`` of data) is buffered."""
+        self.size += length
+        self.items += 1
+        self.data_bytes += size
+        if not self.first_id:
+            self.first_id = id_
+        self.last_id = id_
 
-    __slots__ = ("segment", "offset", "next_id")
+    def wrote(self) -> None:
+        """Every buffered byte went to the OS."""
+        self.written = self.size
 
-    def __init__(self, segment: Segment, offset: int, next_id: int) -> None:
-        self.segment = segment
-        self.offset = offset
-        self.next_id = next_id  # the lowest id not yet loaded
+    def unbuffered(self) -> None:
+        """The buffered puts were never written (a failed write, a closed journal)."""
+        self.size = self.written
+
+    def cut_to(self, end: int) -> None:
+        """The file was truncated to ``end`` bytes."""
+        self.size = self.written = end
+
+    def acknowledged(self, end: int) -> None:
+        """Bytes up to ``end`` are safe: readers may read them."""
+        if end > self.visible:
+            self.visible = end
+
+    def opened(self, size: int) -> None:
+        """An existing file of ``size`` bytes: all written, all readable."""
+        self.size = self.written = self.visible = size
+
+    def starts_at(self, first_id: int) -> None:
+        """Its first put's id (0: none), read from its head."""
+        self.first_id = first_id
+
+    def holds(self, first_id: int, last_id: int, items: int, data_bytes: int) -> None:
+        """What recovery learned the file holds: ids ``first_id``..``last_id``."""
+        self.first_id = first_id
+        self.last_id = last_id
+        self.items = items
+        self.data_bytes = data_bytes
+
+    def restarted(self) -> None:
+        """The file was created again, empty (its header only)."""
+        self.opened(codec.MAGIC_SIZE)
+        self.holds(0, 0, 0, 0)
 
 
 #: Read descriptors a queue keeps open (readers at different positions share them).

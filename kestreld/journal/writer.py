@@ -154,7 +154,7 @@ class WriterJournal(Flushing):
             except OSError as e:
                 warnings.append(f"{path}: cannot read ({e.strerror}); skipped")
                 continue
-            seg.size = seg.written = seg.visible = size
+            seg.opened(size)
             if size < codec.MAGIC_SIZE:
                 warnings.append(f"{path}: {size}-byte segment without a complete header; removed")
                 unlink_quietly(path)
@@ -177,15 +177,13 @@ class WriterJournal(Flushing):
                 head = f.read(codec.MAGIC_SIZE + codec.PUT_EXPIRY_HEADER_SIZE)
             first = codec.first_put_id(head)
             # Something other than a PUT first (unknown records): scan for it.
-            seg.first_id = first if first is not None else self._first_id_slow(seg.path)
+            seg.starts_at(first if first is not None else self._first_id_slow(seg.path))
         for i, seg in enumerate(self.segments[:-1]):
             nxt = next((s.first_id for s in self.segments[i + 1 :] if s.first_id), 0)
             if seg.first_id and nxt > seg.first_id:
-                seg.last_id = nxt - 1
-                seg.items = nxt - seg.first_id
-                seg.data_bytes = max(
-                    0, seg.size - codec.MAGIC_SIZE - codec.PUT_HEADER_SIZE * seg.items
-                )
+                items = nxt - seg.first_id
+                data_bytes = max(0, seg.size - codec.MAGIC_SIZE - codec.PUT_HEADER_SIZE * items)
+                seg.holds(seg.first_id, nxt - 1, items, data_bytes)
             elif seg.first_id:
                 # No later segment holds a put (a crash right after a rotation
                 # leaves an empty newest one): only the segment itself knows.
@@ -201,9 +199,7 @@ class WriterJournal(Flushing):
         res = codec.scan(data, codec.MAGIC_SIZE, include_data=False)
         puts = [r for r in res.records if isinstance(r, codec.Put)]
         if puts:
-            seg.first_id, seg.last_id = puts[0].id, max(p.id for p in puts)
-            seg.items = len(puts)
-            seg.data_bytes = sum(p.size for p in puts)
+            seg.holds(puts[0].id, max(p.id for p in puts), len(puts), sum(p.size for p in puts))
 
     def _first_id_slow(self, path: str) -> int:
         with open(path, "rb") as f:
@@ -248,8 +244,8 @@ class WriterJournal(Flushing):
                 warnings.append(f"{seg.path}: {problem}; cut {len(data) - pos} bytes")
             with open(seg.path, "r+b") as f:
                 f.truncate(pos)
-        seg.first_id, seg.last_id, seg.items, seg.data_bytes = first, last, items, nbytes
-        seg.size = seg.written = seg.visible = pos
+        seg.holds(first, last, items, nbytes)
+        seg.opened(pos)
         return warnings
 
     # --- writing ----------------------------------------------------------------------
@@ -302,12 +298,7 @@ class WriterJournal(Flushing):
         buf.append(header)
         buf.append(data)
         self._buf_size += length
-        seg.size = offset + length
-        seg.items += 1
-        seg.data_bytes += size
-        if not seg.first_id:
-            seg.first_id = id_
-        seg.last_id = id_
+        seg.appended(id_, length, size)
         batch = self._batch
         if batch is None:
             batch = self._batch = Batch()
@@ -408,8 +399,7 @@ class WriterJournal(Flushing):
             raise
         self._fd = fd
         self.sync.new_file()  # its name may not be on disk: the fsync of the folder failed too
-        seg.size = seg.written = seg.visible = MAGIC_SIZE
-        seg.first_id = seg.last_id = seg.items = seg.data_bytes = 0
+        seg.restarted()
         log.info("journal_segment_restarted", queue=self.queue, path=seg.path)
 
     def _open_current(self) -> None:
@@ -431,7 +421,7 @@ class WriterJournal(Flushing):
         except OSError as e:
             self._write_failed(seg, e)
             raise JournalWriteError(f"journal write failed: {e.strerror}") from e
-        seg.written = seg.size
+        seg.wrote()
         # Written synchronously: a new list for the next tick's puts (compiled, del [:] makes
         # a slice object, and clear() is a method call; nothing else holds this list).
         self._buf = []
@@ -447,7 +437,7 @@ class WriterJournal(Flushing):
         lost = self._buf_size
         self._buf = []
         self._buf_size = 0
-        seg.size = seg.written
+        seg.unbuffered()
         # Those puts' batch fails now: when the write came from a rotation or a
         # read-behind, flush() would later find an empty buffer and acknowledge it.
         batch, self._batch = self._batch, None
@@ -475,7 +465,7 @@ class WriterJournal(Flushing):
         self._buf_size = 0
         seg = self.current
         if seg is not None:
-            seg.size = seg.written  # the buffered puts were never written
+            seg.unbuffered()  # the buffered puts were never written
         fd, self._fd = self._fd, -1
         if fd >= 0 and seg is not None:
             end = max(seg.visible, MAGIC_SIZE)
@@ -483,7 +473,7 @@ class WriterJournal(Flushing):
                 try:
                     os.ftruncate(fd, end)
                     lost += seg.written - end
-                    seg.size = seg.written = end
+                    seg.cut_to(end)
                 except OSError:
                     pass  # readers stop at ``visible``; recovery cuts what is left
             _close(fd)
@@ -527,9 +517,9 @@ class WriterJournal(Flushing):
         if end is not None and not batch.done:
             for seg in self.segments:
                 if seg is end:
-                    seg.visible = max(seg.visible, batch.end_offset)
+                    seg.acknowledged(batch.end_offset)
                     break
-                seg.visible = seg.size  # a batch spanning a rotation
+                seg.acknowledged(seg.size)  # a batch spanning a rotation
         batch.resolve()
 
     def sync_now(self) -> None:

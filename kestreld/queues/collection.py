@@ -12,6 +12,7 @@ from kestreld.config import ServerConfig
 from kestreld.journal.batch import Batch, joined
 from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import scan_folder
+from kestreld.journal.journal_reader import Compaction
 from kestreld.journal.retire import retire_segments
 from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError
@@ -19,7 +20,7 @@ from kestreld.names import split_queue_name
 from kestreld.queues.alias import AliasedQueue
 from kestreld.queues.item import QueueItem
 from kestreld.queues.journaled_queue import JournaledQueue, QueueFull
-from kestreld.queues.reader import Compaction, Reader
+from kestreld.queues.reader import Reader
 
 log = structlog.get_logger("kestreld.queues")
 

@@ -18,10 +18,11 @@ from kestreld.journal.batch import Batch
 from kestreld.journal.checkpoint import read_checkpoint
 from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import QueueFiles, unlink_quietly
+from kestreld.journal.journal_reader import Compaction
 from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError, WriterJournal
 from kestreld.queues.item import QueueItem, new_item
-from kestreld.queues.reader import Compaction, Reader
+from kestreld.queues.reader import Reader
 
 log = structlog.get_logger("kestreld.queues")
 

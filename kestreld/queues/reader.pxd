@@ -3,14 +3,14 @@
 # the memory queue, the journal and the items are typed, the hot methods are cpdef.
 # A reader knows its queue's name, folder and journal, not the queue.  items and bytes are
 # C fields too (what damaged files claim is capped at COUNT_CAP); age stays a Python int.
+# Its journal side (head, done set, read-behind, progress file) is a typed JournalReader.
 
 cimport cython
 
 from kestreld.journal.clock cimport monotonic, now_ms
 from kestreld.journal.batch cimport Batch
-from kestreld.journal.progress cimport ProgressLog
+from kestreld.journal.journal_reader cimport JournalReader
 from kestreld.journal.segment cimport Segment
-from kestreld.journal.writer cimport WriterJournal
 from kestreld.queues.blocking cimport BlockingQueue, Waiter
 from kestreld.queues.item cimport QueueItem
 
@@ -37,22 +37,13 @@ cdef class Reader:
     cdef public long long mem_bytes
     cdef public long long items
     cdef public long long bytes
-    cdef public object rb
     cdef public dict open_reads
-    cdef public long long head
-    cdef public set done
-    cdef public set held
-    cdef public long long tail
     cdef public long long skipped_items
     cdef public long long skipped_bytes
-    cdef public bint dirty
-    cdef public long long saved_head
     cdef public bint deleted
-    cdef public ProgressLog progress
-    cdef public WriterJournal _journal
+    cdef public JournalReader journal_reader
     cdef public object on_expired
     cdef public object on_aborted
-    cdef public object on_rewrite_needed
     cdef public long long total_items
     cdef public long long expired_items
     cdef public long long discarded
@@ -64,13 +55,14 @@ cdef class Reader:
 
     cpdef _configure(self, object config)
 
-    @cython.locals(size=Py_ssize_t, memory=BlockingQueue, id_=cython.longlong)
+    @cython.locals(size=Py_ssize_t, memory=BlockingQueue, id_=cython.longlong, jr=JournalReader)
     cpdef offer(self, QueueItem item, Segment seg, long long offset, object now)
     cpdef skip(self, long long size)
-    @cython.locals(journal=WriterJournal, progress=ProgressLog)
     cpdef journal_drop(self, long long id_)
+    @cython.locals(jr=JournalReader, ours=bint)
     cpdef drop(self, long long id_, long long size=*)
     cpdef unskip(self, long long size)
+    cpdef commit(self, long long id_)
     @cython.locals(max_items=object, max_size=object)
     cpdef bint is_full(self, long long pending_items=*, long long pending_bytes=*) except -1
     @cython.locals(item=QueueItem)
@@ -94,13 +86,6 @@ cdef class Reader:
     cpdef OpenRead open(self, QueueItem item, object owner=*)
     cpdef confirm(self, OpenRead read)
     cpdef consume(self, QueueItem item)
-    @cython.locals(journal=WriterJournal, progress=ProgressLog)
-    cpdef _durably_commit(self, long long id_)
-    @cython.locals(journal=WriterJournal, progress=ProgressLog)
-    cpdef _removed_for_good(self, long long id_)
 
-    @cython.locals(head=cython.longlong, done=set)
-    cpdef commit(self, long long id_)
-    cpdef _progress_acked(self, list ids, Batch batch)
     cpdef _expired(self, QueueItem item)
     cpdef _forward_expired(self, QueueItem item)

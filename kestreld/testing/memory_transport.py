@@ -1,6 +1,6 @@
 """An in-memory transport: drive real connections in process, without sockets.
 
-Used by the in-process benchmark of the hot path (``kestreld bench hotpath``)
+Used by the in-process benchmark of the hot path (``scripts/bench-hotpath``)
 and by tests that look at a connection's own state after many requests.
 """
 

@@ -1,6 +1,6 @@
 """The pingpong client in C: one request at a time, with no interpreter between two requests.
 
-``python -m kestreld.bench.pingpong --client c`` runs the same loop as its Python client
+``python scripts/lab/pingpong.py --client c`` runs the same loop as its Python client
 (``send`` the request, ``recv`` to the end of the reply, send the next) from a small C
 program, so the gap a server sees between its reply and the next request is the
 client's wake-up and nothing more: the client of a compiled load generator (memtier,

@@ -11,15 +11,15 @@ one process with no load generator, it repeats within a few percent on a
 quiet machine, so it is the figure to compare before and after a change to
 the hot path (in the same sitting: a busy host slows both sides alike).
 
-    kestreld bench hotpath                  # set, get, reliable; best of 3
-    kestreld bench hotpath --connections 100 --rounds 2000
-    kestreld bench hotpath --profile set    # cProfile, top functions
-    kestreld bench hotpath -c 2 waiting     # the open/close loop, the consumer blocked (/t=)
-    kestreld bench hotpath version          # no queue work: what every request pays
+    scripts/bench-hotpath                  # set, get, reliable; best of 3
+    scripts/bench-hotpath --connections 100 --rounds 2000
+    scripts/bench-hotpath --profile set    # cProfile, top functions
+    scripts/bench-hotpath -c 2 waiting     # the open/close loop, the consumer blocked (/t=)
+    scripts/bench-hotpath version          # no queue work: what every request pays
 
-(``.venv/bin/python scripts/bench_hotpath.py`` is the same program.)  It measures the
-implementation that runs (the first line says which): ``KESTRELD_NO_EXTENSIONS=1 kestreld
-bench hotpath`` measures the plain Python of a compiled install.
+(``.venv/bin/python scripts/lab/hotpath.py`` is the same program.)  It measures the
+implementation that runs (the first line says which): ``KESTRELD_NO_EXTENSIONS=1
+scripts/bench-hotpath`` measures the plain Python of a compiled install.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def run(workload: str, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kestreld bench hotpath", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="scripts/bench-hotpath", description=__doc__.split("\n\n")[0])
     p.add_argument("workloads", nargs="*", default=["set", "get", "reliable"])
     p.add_argument("-c", "--connections", type=int, default=100)
     p.add_argument("--rounds", type=int, default=1000)

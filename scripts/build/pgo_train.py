@@ -1,11 +1,11 @@
 """The training run of the profile-guided build: the requests the compiled modules are laid out for.
 
 ``setup.py`` compiles the extensions instrumented (GCC's ``-fprofile-generate``), runs
-``python -m kestreld.bench.train`` with them, and compiles them again from what the run
+``scripts/build/pgo_train.py`` with them, and compiles them again from what the run
 counted (``-fprofile-use``): the blocks a request runs are laid out together, and what it
 never ran (error paths, slow paths, start-up) moves to cold sections.  A request then
 touches fewer pages and cache lines of code, which is most of what a request costs at one
-connection (BENCHMARKS.md, eleventh round).  Code the run never reaches is compiled for
+connection (the eleventh round of the performance notes, ``git show 67f5cad:BENCHMARKS.md``).  Code the run never reaches is compiled for
 size, so the run covers what a production server runs most, through a real ``kestreld``
 on a loopback port and real sockets: set, get, the reliable-read verbs and the open/close
 loop (a consumer that waits, and one that does not), noreply and expiring sets, misses,

@@ -1,6 +1,6 @@
 """Kestrel's thrift front end against memcache: items/s and server CPU per item.
 
-    python -m kestreld.bench.front_ends [--items 20000] [--size 1024] [--batch 100]
+    python scripts/lab/front_ends.py [--items 20000] [--size 1024] [--batch 100]
 
 One client connection each, on a fresh server in a temporary folder:
 
@@ -212,7 +212,7 @@ def run(items: int, size: int, batch: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kestreld.bench.front_ends")
+    p = argparse.ArgumentParser(prog="python scripts/lab/front_ends.py")
     p.add_argument("--items", type=int, default=20_000)
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--batch", type=int, default=100)

@@ -133,7 +133,7 @@ TORN = "torn#"
 _torn_ids = itertools.count()
 
 
-def _key(data: bytes) -> str:
+def item_key(data: bytes) -> str:
     # latin-1 decodes any bytes: a damaged item is reported, never a crash of the check.
     key = data.split(b"|", 1)[0].decode("latin-1")
     if b"\0" in data:
@@ -217,7 +217,7 @@ def _reliable_consumer(
                 ev.confirmed.append((reader, open_key, now))
                 open_key = None
             if data is not None:
-                open_key = _key(data)
+                open_key = item_key(data)
                 ev.delivered.append((reader, open_key, now))
             elif line != b"END":
                 raise AssertionError(f"get replied {line!r}")
@@ -239,7 +239,7 @@ def _batch_consumer(
                 data, line = c.read_reply()
                 if data is None:
                     break
-                key = _key(data)
+                key = item_key(data)
                 opened.append(key)
                 ev.delivered.append((reader, key, time.monotonic()))
             if not opened:
@@ -271,7 +271,7 @@ def _plain_consumer(
                 ev.unanswered_gets -= 1
                 now = time.monotonic()
                 if data is not None:
-                    key = _key(data)
+                    key = item_key(data)
                     ev.delivered.append((reader, key, now))
                     ev.confirmed.append((reader, key, now))
                 elif line != b"END":
@@ -291,7 +291,7 @@ def _segments(folder: Path) -> int:
         return 0
 
 
-def _explained_by_cut_gets(missing: set[str], epochs: list[list[CycleEvents]]) -> bool:
+def explained_by_cut_gets(missing: set[str], epochs: list[list[CycleEvents]]) -> bool:
     """Could plain gets whose replies the kills cut have taken every ``missing`` item?
 
     A get cut in life ``j`` can only have taken an item acknowledged in life
@@ -503,7 +503,7 @@ class CrashCampaign:
                 if data is None:
                     assert line == b"END", line
                     break
-                keys.append(_key(data))
+                keys.append(item_key(data))
             now = time.monotonic()
             ev.delivered.extend((reader, k, now) for k in keys)
             ev.confirmed.extend((reader, k, now) for k in keys)
@@ -528,7 +528,7 @@ class CrashCampaign:
                     confirmed[reader].add(key)
         for reader in READERS:
             missing = acked - confirmed[reader] - set(drained[reader])
-            if reader == PLAIN_READER and _explained_by_cut_gets(missing, self.epochs):
+            if reader == PLAIN_READER and explained_by_cut_gets(missing, self.epochs):
                 continue  # consumed by plain gets whose replies the kills cut
             if missing:
                 self.report.violations.append(
@@ -633,7 +633,7 @@ class CrashCampaign:
         rep.cut_plain_gets += cut
         for reader in READERS:
             missing = acked - seen[reader]
-            if reader == PLAIN_READER and _explained_by_cut_gets(missing, self.epochs):
+            if reader == PLAIN_READER and explained_by_cut_gets(missing, self.epochs):
                 # A plain get is consumed before its reply is sent; a kill can cut
                 # the reply.  Bounded by the gets left unanswered at the kills
                 # (in the life the item was stored or a later one).
@@ -710,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     p = argparse.ArgumentParser(
-        prog="kestreld bench soak",
+        prog="scripts/soak",
         description="Crash soak: run kestreld under mixed load (producers with sync_journal = 0, "
         "reliable and fanout consumers, 4 KiB segments, 100 ms checkpoints), kill -9 it at "
         "random moments, restart, and check that no acknowledged item was lost, no old "

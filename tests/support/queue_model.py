@@ -18,7 +18,7 @@ restart (graceful or kill -9) brings back every item not confirmed,
 discarded, dropped, expired or flushed, in id order, and nothing else.
 
 Run by ``tests/test_queue_model.py`` (a bounded number of sequences) and by
-``kestreld bench model`` (as many as asked: the long run).
+``scripts/queue-model`` (as many as asked: the long run).
 """
 
 from __future__ import annotations
@@ -362,9 +362,9 @@ def run(examples: int, steps: int = 40, randomize: bool = False) -> tuple[int, i
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``kestreld bench model``: the long run of the model-based test."""
+    """``scripts/queue-model``: the long run of the model-based test."""
     parser = argparse.ArgumentParser(
-        prog="kestreld bench model",
+        prog="scripts/queue-model",
         description="Random sequences against a real server, compared with a model of Kestrel "
         "(sets, gets, reliable reads, flush, delete, readers, expiry, limits, restarts, kill -9).",
     )
@@ -378,3 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.monotonic() - started:.0f} s, no difference from the model"
     )
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

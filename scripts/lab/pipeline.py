@@ -99,7 +99,7 @@ def source_rate(spark, folder: str, include_data: bool) -> tuple[int, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="kestreld bench pipeline",
+        prog="scripts/bench-pipeline",
         description="records/s of the kestrel_journal data source vs the plain-Python codec",
     )
     p.add_argument("--size", default="1GiB", help="bytes of segments to generate (default 1GiB)")

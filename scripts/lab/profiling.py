@@ -1,5 +1,12 @@
 """py-spy on the server during a measured run, and a summary of where its time went.
 
+    .venv/bin/python scripts/lab/profiling.py [--out DIR] [-c 100] [--seconds 8]
+
+Runs put-many and get-drain (1 KiB, 100 connections) of ``kestreld bench``
+against kestreld with ``py-spy record -f raw`` attached, and prints the top
+functions (self and inclusive).  Throughput of a profiled run is not a
+benchmark figure.
+
 ``py-spy record -f raw`` writes collapsed stacks (``frame;frame;... count``,
 root first).  Self time is the leaf frame's share of the samples, total time
 the share of samples whose stack holds the function.  Idle samples (the loop
@@ -8,14 +15,19 @@ waiting in epoll) are not recorded, so shares are of the busy time.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
+
+from kestreld.bench.cli import size_arg
+from kestreld.bench.workloads import Spec, measure, with_changes
 
 
 def py_spy() -> str:
@@ -111,3 +123,52 @@ def summarize(raw: str | os.PathLike, top: int = 20) -> str:
     lines += ["", "total %  function (inclusive)"]
     lines += [f"{n / samples:6.1%}  {f}" for f, n in total.most_common(top)]
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="scripts/lab/profiling.py", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--out", default=None, help="folder for the raw profiles (default: a temp folder)"
+    )
+    p.add_argument("-c", "--connections", type=int, default=100, help="connections (default: 100)")
+    p.add_argument("--size", type=size_arg, default=1024, help="item size (default: 1KiB)")
+    p.add_argument("--seconds", type=float, default=8, help="seconds per workload (default: 8)")
+    p.add_argument("--native", action="store_true", help="py-spy --native")
+    p.add_argument("--rate", type=int, default=250, help="py-spy samples per second (default: 250)")
+    p.add_argument("--top", type=int, default=25, help="functions to list (default: 25)")
+    p.add_argument("--procs", type=int, default=2, help="load generator processes")
+    args = p.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="kestreld-profile-"))
+    out.mkdir(parents=True, exist_ok=True)
+    base = Spec(
+        "put-many",
+        size=args.size,
+        connections=args.connections,
+        seconds=args.seconds,
+        items=10_000_000,
+        procs=args.procs,
+    )
+    for spec in (base, with_changes(base, workload="get-drain", items=int(40_000 * args.seconds))):
+        raw = out / f"{spec.key}.txt"
+        print(f"profiling {spec.describe()} -> {raw}", file=sys.stderr, flush=True)
+        row = measure(
+            spec,
+            "kestreld",
+            profiler_factory=lambda pid, raw=raw: Profiler(
+                pid, raw, rate=args.rate, native=args.native
+            ),
+        )
+        assert row is not None
+        print(
+            f"== {spec.describe()}: {row.rate:,.0f} {row.unit}s/s under py-spy, "
+            f"server {row.server_us:.1f} us/{row.unit}"
+        )
+        print(summarize(raw, args.top))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """One blocking client, one request at a time: server CPU per request at one connection.
 
-    python -m kestreld.bench.pingpong [--config 'busy_poll_us = 0'] [--darner PATH]
+    python scripts/lab/pingpong.py [--config 'busy_poll_us = 0'] [--darner PATH]
                                       [--ops set,get,rget] [--seconds 3] [--rounds 2]
                                       [--client python|c]
 
@@ -8,14 +8,14 @@ The tightest client in Python: ``sendall`` a request, ``recv`` to the end of its
 the next (no event loop, no other connection), so the server sees as short a gap between
 a reply and the next request as Python allows.  The load generator of ``kestreld bench`` serves its
 connections from an epoll loop and sends later; the two bracket what a one-connection
-client does (BENCHMARKS.md, the thirteenth round).  ``get`` and ``rget`` (``get
+client does (the thirteenth round of the performance notes, ``git show 67f5cad:BENCHMARKS.md``).  ``get`` and ``rget`` (``get
 q/close/open``) read a queue prefilled with enough items.  Server CPU is the process's user
 + system time over the round (/proc), so the client's own cost is not in it.  kestreld and
 Darner (``--darner`` or ``DARNER_BIN``) alternate, each on a fresh folder, the one that
 goes first changing from round to round; the last lines give each server's median and,
 with Darner, kestreld / Darner round by round (median, mean, rounds at or under 1×).
 ``--client c`` runs the same loop from a small C program
-(:mod:`kestreld.bench.tight_client`, compiled with the machine's ``cc`` for the run): no
+(scripts/lab/tight_client.py, compiled with the machine's ``cc`` for the run): no
 interpreter between a reply and the next request.
 """
 
@@ -29,8 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from tight_client import TightClient, build
+
 from kestreld.bench.servers import DarnerServer, KestreldServer, cpu_seconds, darner_path
-from kestreld.bench.tight_client import TightClient, build
 
 SIZE = 1024
 PREFILL_BATCH = 100
@@ -90,7 +91,7 @@ def measure(port: int, pid: int, op: str, seconds: float) -> tuple[int, float]:
 def measure_compiled(
     program: Path, port: int, pid: int, op: str, seconds: float
 ) -> tuple[int, float]:
-    """:func:`measure` with the C client ``program`` (:mod:`kestreld.bench.tight_client`)."""
+    """:func:`measure` with the C client ``program`` (scripts/lab/tight_client.py)."""
     client = TightClient(program, port, op, seconds, _prefill(seconds) if op != "set" else 0)
     try:
         client.start()  # connected, prefilled, warmed up

@@ -1,4 +1,6 @@
-"""``kestreld bench resources``: the bounded-resource figures of docs/operations.md.
+"""The bounded-resource figures of docs/operations.md.
+
+    .venv/bin/python scripts/lab/resources.py [fds] [waiters] [flush]   # default: all three
 
 Three runs, each on its own server: descriptors while a lagging fanout reader
 walks through 1,000 segments; RSS over 96,000 timed-out polls behind one long
@@ -92,3 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         srv.stop()
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

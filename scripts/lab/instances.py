@@ -1,4 +1,6 @@
-"""``scripts/bench instances``: one kestreld per core, measured as a Kestrel cluster is used.
+"""One kestreld per core, measured as a Kestrel cluster is used.
+
+    .venv/bin/python scripts/lab/instances.py --max 2 --markdown
 
 One kestreld process uses one core.  A box with N cores runs N instances,
 each its own port and queue folder; clients spread their connections over
@@ -84,10 +86,9 @@ def cells(row: Row, base: Row | None) -> list[str]:
     ]
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "instances",
-        help="1, 2, ... N kestreld instances, the load spread over every port",
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="scripts/lab/instances.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -115,13 +116,19 @@ def add_parser(sub) -> None:
     p.add_argument("--repeat", type=int, default=1, help="run the whole series N times")
     p.add_argument("--workdir", default=None, help="where queue folders are created")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    return p
 
 
-def run(args: argparse.Namespace, log) -> int:
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     workloads = [w.strip() for w in args.only.split(",") if w.strip()]
     machine = machine_description()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    command = "scripts/bench " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "scripts/lab/instances.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     rows: list[list[str]] = []
     failed = False
     for round_ in range(args.repeat):
@@ -145,3 +152,7 @@ def run(args: argparse.Namespace, log) -> int:
         print(f"machine: {machine}")
         print(report.text_table(COLUMNS, rows))
     return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
