@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("kestreld.protocol")
 
-#: Requests parsed ahead of the one running before reading from the socket pauses.
-INBOX_PAUSE = 64
+#: Requests held (the one being answered included) before reading from the socket pauses:
+#: the one running and one more, as the memcache connection holds one request's input.
+INBOX_PAUSE = 1
 
 
 class RequestConnection(asyncio.Protocol):
@@ -117,9 +118,12 @@ class RequestConnection(asyncio.Protocol):
             return
         requests = self.parse(data)
         if requests:
-            self.inbox.extend(requests)
+            inbox = self.inbox
+            inbox.extend(requests)
             self._poke()
-            if len(self.inbox) > INBOX_PAUSE:
+            # One request may wait beyond the one being answered: a client that pipelines
+            # more is paused (its bytes stay in the kernel), never buffered here.
+            if len(inbox) + self.busy > INBOX_PAUSE:
                 self._pause_reading()
 
     def eof_received(self) -> bool | None:
@@ -164,6 +168,8 @@ class RequestConnection(asyncio.Protocol):
                 continue
             request = inbox.popleft()
             self.busy = True
+            if not inbox:
+                self._resume_reading()  # room for the next request while this one runs
             trace = self.session.trace
             if trace is not None:
                 trace.running()  # the queue events of this request name the client
@@ -257,6 +263,12 @@ class RequestConnection(asyncio.Protocol):
         return ended[0] if ended else None
 
     # --- session helpers --------------------------------------------------------------------
+
+    def gone(self) -> bool:
+        """True once the client sent its last byte or the connection is closing: a reply
+        may never be read, so nothing that outlives the connection is handed to it."""
+        return self.eof or self.closing
+
 
     async def settle(self, reply: PendingReply) -> str | None:
         """Wait until the journal has ``reply``'s request: None, or why it failed (undone)."""

@@ -317,6 +317,10 @@ async def get(conn: ThriftConnection, args: Any) -> list:
         if f.reply is not None:
             confirms.append(f.reply)
     if opening:
+        if conn.gone():
+            # The client left during the wait: an id it never receives is never left
+            # open; the session's close gives these reads back at once.
+            return []
         # Handed over newest first: the session's reads of this queue are these items.
         reads = [session.hand_over(name) for _ in items]
         reads.reverse()
