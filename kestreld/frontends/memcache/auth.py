@@ -32,15 +32,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kestreld.protocol import commands
-from kestreld.protocol.codes import LINE
-from kestreld.protocol.framing import Command
-from kestreld.protocol.replies import STORED, client_error
+from kestreld.frontends.memcache import commands
+from kestreld.frontends.memcache.codes import LINE
+from kestreld.frontends.memcache.framing import Command
+from kestreld.frontends.memcache.replies import STORED, client_error
 from kestreld.security.authenticator import parse_token
 from kestreld.security.policy import ALL_ROLES, Role, User
 
 if TYPE_CHECKING:
-    from kestreld.protocol.connection import MemcacheConnection
+    from kestreld.frontends.memcache.connection import MemcacheConnection
 
 UNAUTHENTICATED = client_error("unauthenticated")
 AUTH_FAILURE = client_error("authentication failure")

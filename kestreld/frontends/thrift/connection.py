@@ -1,7 +1,7 @@
 """Kestrel's thrift interface (port 2229: framed transport, binary protocol) on the session.
 
 Each frame is a 4-byte big-endian length and one binary-protocol message.  A
-frame over :func:`~kestreld.protocol.thrift_codec.max_frame_size` or with an
+frame over :func:`~kestreld.frontends.thrift.codec.max_frame_size` or with an
 unreadable message header closes the connection (there is nothing to answer:
 no method, no sequence id); a malformed argument struct, wrong argument types
 or an unknown method (Finagle's ``__can__finagle__trace__v3__`` probe) are
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kestreld import __version__
+from kestreld.frontends.core.request_loop import RequestConnection
+from kestreld.frontends.thrift import codec
 from kestreld.journal.clock import now_ms
 from kestreld.names import split_queue_name
-from kestreld.protocol import thrift_codec as codec
-from kestreld.protocol.request_loop import RequestConnection
 from kestreld.security.policy import Role
 from kestreld.security.tls import peer_certificate_name
 from kestreld.session.errors import NotStored, PutFailed, QueueRefused, SessionError
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from kestreld.session.reply import PendingReply
     from kestreld.state import ServerState
 
-log = structlog.get_logger("kestreld.protocol")
+log = structlog.get_logger("kestreld.frontends")
 
 _LENGTH = struct.Struct(">i")
 #: Kestrel's status enum <-> kestreld's statuses (kestreld never is NOT_CONFIGURED).

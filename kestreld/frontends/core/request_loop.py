@@ -1,4 +1,7 @@
-"""A connection that answers one request at a time: the text and thrift front ends.
+"""The connection core of the text and thrift front ends: one request at a time, in order.
+
+Back-pressure lives here: the input bound (:data:`INBOX_PAUSE`, from
+:mod:`kestreld.frontends.core.limits`), writes paused, the one close path.
 
 Kestrel's text and thrift clients send a request and wait for its reply (a
 Finagle client may pipeline, and is answered in order).  So these front ends
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kestreld.frontends.core.limits import REQUESTS_AHEAD
 from kestreld.session.fetch import WAIT, Fetch
 from kestreld.session.session import Session
 
@@ -31,11 +35,10 @@ if TYPE_CHECKING:
     from kestreld.session.reply import PendingReply
     from kestreld.state import ServerState
 
-log = structlog.get_logger("kestreld.protocol")
+log = structlog.get_logger("kestreld.frontends")
 
-#: Requests held (the one being answered included) before reading from the socket pauses:
-#: the one running and one more, as the memcache connection holds one request's input.
-INBOX_PAUSE = 1
+#: Requests held beyond the one running before reading from the socket pauses.
+INBOX_PAUSE = REQUESTS_AHEAD
 
 
 class RequestConnection(asyncio.Protocol):
@@ -268,7 +271,6 @@ class RequestConnection(asyncio.Protocol):
         """True once the client sent its last byte or the connection is closing: a reply
         may never be read, so nothing that outlives the connection is handed to it."""
         return self.eof or self.closing
-
 
     async def settle(self, reply: PendingReply) -> str | None:
         """Wait until the journal has ``reply``'s request: None, or why it failed (undone)."""

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kestreld.frontends.core.limits import MAX_REQUEST_ITEM_BYTES
+
 #: Most items one ``put`` may carry (Kestrel's MAX_PUT_BUFFER).
 MAX_PUT_ITEMS = 1024
-#: Most item bytes one ``put`` may carry, as a thrift frame (thrift_codec.FRAME_ITEMS_CAP).
-MAX_PUT_BYTES = 64 * 1024 * 1024
+#: Most item bytes one ``put`` may carry (the connection core's limit on one request).
+MAX_PUT_BYTES = MAX_REQUEST_ITEM_BYTES
 
 
 @dataclass(slots=True)
