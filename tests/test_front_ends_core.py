@@ -13,13 +13,16 @@ timeout closes a quiet connection.  Server memory is read from ``/proc``.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections.abc import Callable
 
 import pytest
+from certs import CertificateAuthority, require_openssl
 from kestrel_fronts import kestrel as idl
 from kestrel_fronts import start_fronts
 from thriftpy2.protocol.binary import TBinaryProtocol
@@ -386,3 +389,81 @@ def test_the_idle_timeout_closes_a_quiet_client_and_gives_back_its_items(tmp_pat
             assert _eventually_take(proc, qname) == b"idle"
     finally:
         proc.stop()
+
+
+# --- TLS underneath: the client's close_notify during a reply -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_fronts(tmp_path_factory):
+    require_openssl()
+    ca = CertificateAuthority(tmp_path_factory.mktemp("pki"), "ca")
+    ca.issue("server")
+    config = (
+        f'tls_cert_file = "{ca.folder / "server.crt"}"\n'
+        f'tls_key_file = "{ca.folder / "server.key"}"\n'
+    )
+    proc = start_fronts(tmp_path_factory.mktemp("tls") / "queues", config)
+    proc.ca = ca  # type: ignore[attr-defined]
+    yield proc
+    proc.stop()
+
+
+def _tls_exchange(proc, kind: str, request: Callable[[Client], bytes]) -> Client:
+    """Send one request and close_notify at once over TLS; what came back, read to the end."""
+    sock = socket.create_connection(("127.0.0.1", _port(proc, kind)), timeout=20)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = proc.ca.client_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+
+    def pump() -> None:
+        data = outgoing.read()
+        if data:
+            sock.sendall(data)
+
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            pump()
+            incoming.write(sock.recv(65536))
+    pump()
+    reader = Client.__new__(Client)
+    reader.kind, reader.buf, reader.seqid = kind, b"", 0
+    tls.write(request(reader))
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.unwrap()  # close_notify: the client has nothing more to say
+    pump()
+    received = b""
+    while True:
+        data = sock.recv(1 << 20)
+        if not data:
+            break
+        incoming.write(data)
+        try:
+            while True:
+                received += tls.read(1 << 20)
+        except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+            pass
+    sock.close()
+    reader.sock = _Drained()
+    reader.buf = received
+    return reader
+
+
+class _Drained:
+    """A socket whose every byte was read already."""
+
+    def recv(self, n: int) -> bytes:
+        return b""
+
+
+def test_a_reply_owed_is_sent_whole_after_the_clients_close_notify(tls_fronts, kind, qname):
+    item = b"t" * MiB
+    c = Client(kind, _port(tls_fronts, kind))
+    c.sock = tls_fronts.ca.client_context().wrap_socket(c.sock, server_hostname="localhost")
+    c.send(c.put_request(qname, item))
+    assert c.reply() == "ok"
+    c.close()
+    reader = _tls_exchange(tls_fronts, kind, lambda r: r.peek_request(qname))
+    assert reader.reply() == item
