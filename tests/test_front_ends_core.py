@@ -287,11 +287,22 @@ def test_a_client_that_never_reads_does_not_grow_the_server(fronts, kind, qname)
     other.close()
 
 
+def _failed_auth(kind: str) -> bytes:
+    if kind == "memcache":
+        return b"set auth 0 0 12\r\nalice wrong!\r\n"
+    return b"auth alice wrong!\n"
+
+
 def test_input_before_authentication_is_bounded_to_one_request(tmp_path, kind, qname):
     proc = start_fronts(tmp_path / "queues", f'auth_file = "{tmp_path / "users"}"\n')
     try:
-        before = _rss_peak_mib(proc.pid)
         c = _client(proc, kind)
+        if kind != "thrift":  # thrift authenticates by certificate: every call refused at once
+            for _ in range(3):  # from the fourth failure on, refusals are delayed
+                c.send(_failed_auth(kind))
+                assert "fail" in str(c.reply())
+            c.send(_failed_auth(kind) * 4)  # delayed 0.25 s, 0.5 s, 1 s, 2 s
+        before = _rss_peak_mib(proc.pid)
         big = b"p" * BIG
         sent = _send_in_background(c, lambda: c.put_request(qname, big), 40)
         time.sleep(2.0)
