@@ -365,7 +365,8 @@ def test_a_client_leaving_a_wait_takes_nothing(fronts, kind, qname):
     assert _take(fronts, qname) == b"after"  # at once: nobody is waiting for it
 
 
-def test_a_client_leaving_a_wait_gives_back_what_it_took(fronts, kind, qname):
+@pytest.mark.parametrize("leave", ["close", "reset"])
+def test_a_client_leaving_a_wait_gives_back_what_it_took(fronts, kind, qname, leave):
     _store(fronts, qname, b"first")
     c = _client(fronts, kind)
     if kind == "thrift":
@@ -381,6 +382,8 @@ def test_a_client_leaving_a_wait_gives_back_what_it_took(fronts, kind, qname):
         assert c.reply() == b"first"
         c.send(c.wait_request(qname + "_empty", 20_000))
     time.sleep(0.3)
+    if leave == "reset":  # RST instead of FIN
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     c.close()
     assert _eventually_take(fronts, qname, within=1.0) == b"first"
 
