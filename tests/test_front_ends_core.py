@@ -352,6 +352,34 @@ def test_an_over_limit_request_gives_back_the_items_held(fronts, kind, qname):
         assert _eventually_take(fronts, qname) == b"held"
 
 
+def test_quit_sends_the_replies_owed_then_closes(fronts, kind, qname):
+    if kind == "thrift":
+        pytest.skip("Kestrel's thrift interface has no quit")
+    _store(fronts, qname, b"owed")
+    c = _client(fronts, kind)
+    quit_line = b"quit\r\n" if kind == "memcache" else b"quit\n"
+    c.send(c.wait_request(qname, 0) + c.version_request() + quit_line + c.version_request())
+    assert c.reply() == b"owed"
+    assert c.reply() == "ok"
+    assert c.closed_by_server()
+    assert c.buf == b"", "a request after quit was answered"
+
+
+def test_a_graceful_stop_answers_a_wait_before_closing(tmp_path, kind, qname):
+    proc = start_fronts(tmp_path / "queues")
+    c = _client(proc, kind)
+    c.send(c.wait_request(qname, 20_000))
+    time.sleep(0.3)
+    stopper = threading.Thread(target=proc.stop)
+    stopper.start()
+    try:
+        assert c.reply() is None  # the wait's answer (no item), then the close
+        assert c.closed_by_server()
+    finally:
+        stopper.join(20)
+        c.close()
+
+
 # --- a client that leaves during a wait ----------------------------------------------------------
 
 
