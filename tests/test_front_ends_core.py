@@ -517,3 +517,22 @@ def test_a_reply_owed_is_sent_whole_after_the_clients_close_notify(tls_fronts, k
     c.close()
     reader = _tls_exchange(tls_fronts, kind, lambda r: r.peek_request(qname))
     assert reader.reply() == item
+
+
+@pytest.mark.parametrize("auto_abort", [0, 60_000])
+def test_a_thrift_get_for_several_items_whose_client_leaves_hands_out_nothing(
+    fronts, qname, auto_abort
+):
+    _store(fronts, qname, b"first")
+    c = _client(fronts, "thrift")
+    c.send(
+        c._call(
+            "get", queue_name=qname, max_items=3, timeout_msec=20_000,
+            auto_abort_msec=auto_abort,
+        )
+    )  # fmt: skip
+    time.sleep(0.3)
+    c.sock.shutdown(socket.SHUT_WR)  # a half-close: the wait ends, no id is handed out
+    assert c.reply() is None
+    c.close()
+    assert _eventually_take(fronts, qname, within=1.0) == b"first"

@@ -293,15 +293,23 @@ async def get(conn: ThriftConnection, args: Any) -> list:
     loop = conn.server.loop
     deadline = loop.time() + timeout / 1000 if timeout > 0 else 0.0
     opening = auto_abort > 0
-    limit = (
-        session.max_open_reads() - _open_ids(conn).count(session, name) if opening else max_items
-    )
+    # A get that may wait holds what it takes as open reads until it answers, then
+    # confirms them: a client that leaves meanwhile gets nothing taken for it (the
+    # session's close gives them back at once).  So it returns at most max_open_reads.
+    holding = bool(deadline) and not opening
+    if opening:
+        limit = session.max_open_reads() - _open_ids(conn).count(session, name)
+    elif holding:
+        limit = session.max_open_reads() - session.open_count(name)
+    else:
+        limit = max_items
+    held = 0
     items: list[bytes] = []
     confirms: list[PendingReply] = []
     while len(items) < min(max_items, limit):
         f = Fetch()
         f.name = name
-        f.open = opening
+        f.open = opening or holding
         if deadline:
             f.timeout = max(0, int((deadline - loop.time()) * 1000))
         outcome = await conn.fetch(f)
@@ -314,6 +322,8 @@ async def get(conn: ThriftConnection, args: Any) -> list:
         if outcome != ITEM:
             break
         items.append(f.item.data)  # type: ignore[union-attr]
+        if holding:
+            held += 1
         if f.reply is not None:
             confirms.append(f.reply)
     if opening:
@@ -329,6 +339,13 @@ async def get(conn: ThriftConnection, args: Any) -> list:
             _Item(data=read.item.data, id=open_ids.adopt(read, name, session, auto_abort))
             for read in reads
         ]
+    if held:
+        if conn.gone():
+            return []  # the client left during the wait: the held reads go back
+        reply = session.confirm(name, held)
+        if reply is not None and await conn.settle(reply) is not None:
+            session.abort(name, held)  # not durable: none of them is handed out
+            items = items[held:]
     kept = []
     for data in items:
         kept.append(_Item(data=data, id=0))
