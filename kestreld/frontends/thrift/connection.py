@@ -342,6 +342,12 @@ async def get(conn: ThriftConnection, args: Any) -> list:
     if held:
         if conn.gone():
             return []  # the client left during the wait: the held reads go back
+        still = session.open_count(name)
+        if still < held:
+            # open_transaction_timeout gave the oldest back during the wait: not ours now.
+            items = items[held - still :]
+            held = still
+    if held:
         reply = session.confirm(name, held)
         if reply is not None and await conn.settle(reply) is not None:
             session.abort(name, held)  # not durable: none of them is handed out
