@@ -539,8 +539,9 @@ def test_a_thrift_get_for_several_items_whose_client_leaves_hands_out_nothing(
     assert _eventually_take(fronts, qname, within=1.0) == b"first"
 
 
+@pytest.mark.parametrize("auto_abort", [0, 60_000])
 def test_a_thrift_get_hands_out_each_item_once_when_its_open_timeout_gives_one_back(
-    tmp_path, qname
+    tmp_path, qname, auto_abort
 ):
     # The item taken first goes back when its open read times out (300 ms), and the
     # same waiting get may take it again: it is handed out once, or left in the queue.
@@ -548,7 +549,12 @@ def test_a_thrift_get_hands_out_each_item_once_when_its_open_timeout_gives_one_b
     try:
         _store(proc, qname, b"first")
         c = _client(proc, "thrift")
-        c.send(c._call("get", queue_name=qname, max_items=3, timeout_msec=2500))
+        c.send(
+            c._call(
+                "get", queue_name=qname, max_items=3, timeout_msec=2500,
+                auto_abort_msec=auto_abort,
+            )
+        )  # fmt: skip
         c.reply()
         left = _take(proc, qname)
         assert sorted(c.items + ([left] if left is not None else [])) == [b"first"]

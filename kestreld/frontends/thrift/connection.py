@@ -332,7 +332,8 @@ async def get(conn: ThriftConnection, args: Any) -> list:
             # open; the session's close gives these reads back at once.
             return []
         # Handed over newest first: the session's reads of this queue are these items.
-        reads = [session.hand_over(name) for _ in items]
+        # (open_transaction_timeout may have given some back meanwhile: not ours now).
+        reads = [session.hand_over(name) for _ in range(session.open_count(name))]
         reads.reverse()
         open_ids = _open_ids(conn)
         return [
