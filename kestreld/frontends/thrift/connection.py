@@ -296,11 +296,12 @@ async def get(conn: ThriftConnection, args: Any) -> list:
     # A get that may wait holds what it takes as open reads until it answers, then
     # confirms them: a client that leaves meanwhile gets nothing taken for it (the
     # session's close gives them back at once).  So it returns at most max_open_reads.
-    holding = bool(deadline) and not opening
+    room = session.max_open_reads() - session.open_count(name)
+    holding = bool(deadline) and not opening and room > 0  # max_open_reads 0: consumed
     if opening:
         limit = session.max_open_reads() - _open_ids(conn).count(session, name)
     elif holding:
-        limit = session.max_open_reads() - session.open_count(name)
+        limit = room
     else:
         limit = max_items
     held = 0
