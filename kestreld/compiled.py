@@ -44,10 +44,10 @@ MODULES: tuple[str, ...] = (
     "kestreld.session.reply",
     "kestreld.session.fetch",
     "kestreld.session.session",
-    "kestreld.protocol.busy_poll",
-    "kestreld.protocol.framing",
-    "kestreld.protocol.connection",
-    "kestreld.protocol.commands",
+    "kestreld.loop.busy_poll",
+    "kestreld.frontends.memcache.framing",
+    "kestreld.frontends.memcache.connection",
+    "kestreld.frontends.memcache.commands",
 )
 
 #: Set to 1 (or any value but 0 or empty) to run the plain Python even when compiled.

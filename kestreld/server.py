@@ -20,14 +20,14 @@ from kestreld import __version__
 from kestreld.compiled import implementation, profile_guided, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import alias_dump_lines
+from kestreld.frontends.memcache.auth import LOCKED, LOCKED_UNKNOWN
+from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
+from kestreld.frontends.memcache.connection import MemcacheConnection
+from kestreld.frontends.text.connection import TextConnection
+from kestreld.frontends.thrift.connection import ThriftConnection
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
-from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
-from kestreld.protocol.busy_poll import DEFAULT_LIMIT_US, BusyPoll
-from kestreld.protocol.commands import COMMANDS, UNKNOWN
-from kestreld.protocol.connection import MemcacheConnection
-from kestreld.protocol.text import TextConnection
-from kestreld.protocol.thrift import ThriftConnection
+from kestreld.loop.busy_poll import DEFAULT_LIMIT_US, BusyPoll
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.security import (
     Authenticator,
@@ -244,7 +244,7 @@ class Server:
         (kestreld/security/tls_stream.py)."""
         if self.authenticator is None:
             conn = MemcacheConnection(self, COMMANDS, UNKNOWN)
-        else:  # nothing runs until it authenticates (kestreld/protocol/auth.py)
+        else:  # nothing runs until it authenticates (kestreld/frontends/memcache/auth.py)
             conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
         return self._secured(conn)
 

@@ -91,7 +91,7 @@ class ServerState(Protocol):
     membership: Any
     zookeeper_connected: bool
     connections: set[Any]
-    #: The event loop's poll after a reply (kestreld.protocol.busy_poll.BusyPoll).
+    #: The event loop's poll after a reply (kestreld.loop.busy_poll.BusyPoll).
     busy_poll: Any
     loop: asyncio.AbstractEventLoop
     #: Called with (kind, seconds[, queue or reader name]) for "set", "get_hit" and

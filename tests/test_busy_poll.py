@@ -14,7 +14,7 @@ from pymemcache.client.base import Client
 from kestreld import compiled
 from kestreld.bench.servers import cpu_seconds
 from kestreld.config import ConfigError, build_config
-from kestreld.protocol.busy_poll import (
+from kestreld.loop.busy_poll import (
     DEFAULT_LIMIT_US,
     EXPLORE,
     MAX_BACK_OFF,
@@ -213,7 +213,7 @@ def test_the_default_is_the_builds():
     """Left out of the config, busy_poll_us is 30 µs compiled and 0 (never) in plain
     Python, where polling measured no gain."""
     assert build_config({}).busy_poll_us is None
-    built = compiled.is_compiled("kestreld.protocol.busy_poll")
+    built = compiled.is_compiled("kestreld.loop.busy_poll")
     assert DEFAULT_LIMIT_US == (30 if built else 0)
 
 

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from kestreld.protocol import connection as connection_module
-from kestreld.protocol.commands import COMMANDS, UNKNOWN
-from kestreld.protocol.connection import MemcacheConnection
+from kestreld.frontends.memcache import connection as connection_module
+from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
+from kestreld.frontends.memcache.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config
 from kestreld.testing.memory_transport import MemoryTransport
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kestreld.protocol import framing as framing_module
-from kestreld.protocol.codes import GO, KEEP, LATER, SKIP, STOP, STORAGE
-from kestreld.protocol.framing import Command, Framing, Sink
-from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
+from kestreld.frontends.memcache import framing as framing_module
+from kestreld.frontends.memcache.codes import GO, KEEP, LATER, SKIP, STOP, STORAGE
+from kestreld.frontends.memcache.framing import Command, Framing, Sink
+from kestreld.frontends.memcache.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
 
 
 def _noop(*args):
@@ -230,7 +230,7 @@ def test_keep_holds_input_until_taken(wire):
 
 
 def test_a_repeated_get_key_gives_a_fresh_fetch_with_the_same_options():
-    from kestreld.protocol import commands
+    from kestreld.frontends.memcache import commands
     from kestreld.session.fetch import MISS, Fetch
 
     first = commands.parse_get(b"jobs/close/open/t=250")
@@ -249,7 +249,7 @@ def test_a_repeated_get_key_gives_a_fresh_fetch_with_the_same_options():
 
 
 def test_a_bad_get_key_is_answered_the_same_every_time_and_the_cache_stays_bounded():
-    from kestreld.protocol import commands
+    from kestreld.frontends.memcache import commands
 
     bad = commands.parse_get(b"q/t=soon")
     assert bad == commands.parse_get(b"q/t=soon") and bad.startswith(b"CLIENT_ERROR bad timeout")
@@ -287,8 +287,8 @@ def test_a_command_runs_its_handlers_through_its_own_methods():
 
 
 def test_the_tables_get_and_set_keep_their_handlers_in_their_fields():
-    from kestreld.protocol.auth import LOCKED
-    from kestreld.protocol.commands import COMMANDS, accept_set, cmd_get, cmd_set
+    from kestreld.frontends.memcache.auth import LOCKED
+    from kestreld.frontends.memcache.commands import COMMANDS, accept_set, cmd_get, cmd_set
 
     # auth.py builds its tables from these fields (a plain Command each): they must stay
     # the handlers the table's own methods call.

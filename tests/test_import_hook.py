@@ -44,7 +44,7 @@ def test_a_client_user_gets_no_import_hook(imports):
         "kestreld.journal.codec",
         "kestreld.queues.item",
         "kestreld.session.session",
-        "kestreld.protocol.framing",
+        "kestreld.frontends.memcache.framing",
         "kestreld.server",
     ],
 )

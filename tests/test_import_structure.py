@@ -1,5 +1,7 @@
-"""Dependencies point one way: protocol -> session -> queues -> journal; stats reads state only;
-cluster (ZooKeeper server sets) and client beside them.
+"""Dependencies point one way: frontends -> session -> queues -> journal; stats reads state only;
+cluster (ZooKeeper server sets) and client beside them.  Inside the front ends each wire format
+(memcache, text, thrift) sits on the connection core and never on another wire format; event-loop
+scheduling (loop) sits below them.
 
 Two checks anyone can run: each layer imports alone in a fresh interpreter
 (without pulling in the layers above it), and a walk over the package's own
@@ -22,7 +24,7 @@ PACKAGE = ROOT / "kestreld"
 SESSION_LEAF = [
     "kestreld.queues",
     "kestreld.journal",
-    "kestreld.protocol",
+    "kestreld.frontends",
     "kestreld.session.session",
     "kestreld.server",
     "kestreld.stats",
@@ -36,37 +38,41 @@ FORBIDDEN = {
         "kestreld.journal.batch",
         "kestreld.queues",
         "kestreld.session",
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.server",
         "kestreld.stats",
     ],
     "kestreld.names": [
         "kestreld.journal",
         "kestreld.queues",
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.server",
     ],
     "kestreld.journal": [
         "kestreld.queues",
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.server",
         "kestreld.stats",
     ],
     "kestreld.queues": [
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.session",
         "kestreld.server",
         "kestreld.stats",
     ],
-    "kestreld.protocol.framing": ["kestreld.queues", "kestreld.journal", "kestreld.server"],
+    "kestreld.frontends.memcache.framing": [
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.server",
+    ],
     # The server passes the command table in: the connection never loads it.
-    "kestreld.protocol.connection": [
+    "kestreld.frontends.memcache.connection": [
         "kestreld.server",
         "kestreld.stats",
-        "kestreld.protocol.commands",
+        "kestreld.frontends.memcache.commands",
     ],
     "kestreld.session": [
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.server",
         "kestreld.stats",
         "kestreld.cluster",
@@ -75,21 +81,21 @@ FORBIDDEN = {
     "kestreld.session.trace": [
         "kestreld.queues",
         "kestreld.journal",
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.server",
         "kestreld.stats",
     ],
-    "kestreld.stats": ["kestreld.protocol", "kestreld.server"],
+    "kestreld.stats": ["kestreld.frontends", "kestreld.server"],
     # The per-request counters: a leaf the front ends and sessions add to, stats reads.
     "kestreld.session.traffic": SESSION_LEAF,
     # What the server lets sessions do now: a leaf the server keeps current, sessions read.
     "kestreld.session.gate": SESSION_LEAF,
-    "kestreld.stats.collector": ["kestreld.protocol", "kestreld.server"],
-    "kestreld.state": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
-    "kestreld.config": ["kestreld.queues", "kestreld.protocol", "kestreld.server", "kazoo"],
+    "kestreld.stats.collector": ["kestreld.frontends", "kestreld.server"],
+    "kestreld.state": ["kestreld.frontends", "kestreld.server", "kestreld.queues"],
+    "kestreld.config": ["kestreld.queues", "kestreld.frontends", "kestreld.server", "kazoo"],
     # Who may connect and do what: beside the queues, below every front end.
     "kestreld.security": [
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.server",
         "kestreld.queues",
         "kestreld.journal",
@@ -99,21 +105,30 @@ FORBIDDEN = {
     # it endpoints and statuses; the member codec is shared with the client without kazoo.
     "kestreld.cluster.membership": [
         "kestreld.server",
-        "kestreld.protocol",
+        "kestreld.frontends",
         "kestreld.queues",
         "kestreld.journal",
         "kestreld.stats",
     ],
     "kestreld.cluster.member": ["kazoo", "kestreld.config", "kestreld.server"],
-    "kestreld.status": ["kestreld.protocol", "kestreld.server", "kestreld.queues"],
-    "kestreld.client": ["kazoo", "kestreld.server", "kestreld.protocol", "kestreld.queues"],
+    "kestreld.status": ["kestreld.frontends", "kestreld.server", "kestreld.queues"],
+    "kestreld.client": ["kazoo", "kestreld.server", "kestreld.frontends", "kestreld.queues"],
     # Kestrel's text and thrift front ends: framing and replies over the session.
-    "kestreld.protocol.text_parser": ["kestreld.queues", "kestreld.session", "kestreld.server"],
-    "kestreld.protocol.thrift_codec": ["kestreld.queues", "kestreld.session", "kestreld.server"],
-    "kestreld.protocol.text": ["kestreld.server", "kestreld.stats"],
-    "kestreld.protocol.thrift": ["kestreld.server", "kestreld.stats"],
-    "kestreld.session.open_ids": ["kestreld.protocol", "kestreld.server"],
-    "kestreld.admin.http": ["kestreld.protocol", "kestreld.server"],
+    "kestreld.frontends.text.parser": ["kestreld.queues", "kestreld.session", "kestreld.server"],
+    "kestreld.frontends.thrift.codec": ["kestreld.queues", "kestreld.session", "kestreld.server"],
+    "kestreld.frontends.text.connection": ["kestreld.server", "kestreld.stats"],
+    "kestreld.frontends.thrift.connection": ["kestreld.server", "kestreld.stats"],
+    "kestreld.session.open_ids": ["kestreld.frontends", "kestreld.server"],
+    # The connection core knows no wire format; the event loop's scheduling knows no front end.
+    "kestreld.frontends.core.request_loop": [
+        "kestreld.frontends.memcache",
+        "kestreld.frontends.text",
+        "kestreld.frontends.thrift",
+        "kestreld.server",
+    ],
+    "kestreld.frontends.core.limits": ["kestreld.session", "kestreld.queues", "kestreld.server"],
+    "kestreld.loop": ["kestreld.frontends", "kestreld.session", "kestreld.server"],
+    "kestreld.admin.http": ["kestreld.frontends", "kestreld.server"],
 }
 
 
@@ -170,33 +185,48 @@ def _graph() -> dict[str, set[str]]:
 
 #: (importer prefix, imported prefix): a direct import the layering forbids.
 DIRECT_FORBIDDEN = [
-    ("kestreld.protocol", "kestreld.journal"),  # the queue layer gives protocol what it needs
-    ("kestreld.protocol", "kestreld.queues"),  # front ends reach the queues through the session
-    ("kestreld.protocol.connection", "kestreld.protocol.commands"),  # the table is passed in
-    ("kestreld.session", "kestreld.protocol"),  # the session knows no wire syntax
+    ("kestreld.frontends", "kestreld.journal"),  # the queue layer gives them what they need
+    ("kestreld.frontends", "kestreld.queues"),  # front ends reach the queues through the session
+    (
+        "kestreld.frontends.memcache.connection",
+        "kestreld.frontends.memcache.commands",
+    ),  # the table is passed in
+    ("kestreld.session", "kestreld.frontends"),  # the session knows no wire syntax
     ("kestreld.session", "kestreld.server"),
     ("kestreld.session", "kestreld.stats"),
     ("kestreld.session", "kestreld.cluster"),
     ("kestreld.queues", "kestreld.session"),
     ("kestreld.journal", "kestreld.session"),
-    ("kestreld.protocol", "kestreld.server"),
-    ("kestreld.protocol", "kestreld.stats"),
-    ("kestreld.stats", "kestreld.protocol"),
+    ("kestreld.frontends", "kestreld.server"),
+    ("kestreld.frontends", "kestreld.stats"),
+    ("kestreld.stats", "kestreld.frontends"),
     ("kestreld.stats", "kestreld.server"),
-    ("kestreld.queues", "kestreld.protocol"),
+    ("kestreld.queues", "kestreld.frontends"),
     ("kestreld.queues", "kestreld.server"),
     ("kestreld.journal", "kestreld.queues"),
-    ("kestreld.journal", "kestreld.protocol"),
+    ("kestreld.journal", "kestreld.frontends"),
     ("kestreld.cluster", "kestreld.server"),
-    ("kestreld.cluster", "kestreld.protocol"),
+    ("kestreld.cluster", "kestreld.frontends"),
     ("kestreld.cluster", "kestreld.queues"),
     ("kestreld.cluster", "kestreld.client"),
     ("kestreld.client", "kestreld.server"),
-    ("kestreld.client", "kestreld.protocol"),
-    ("kestreld.security", "kestreld.protocol"),
+    ("kestreld.client", "kestreld.frontends"),
+    ("kestreld.security", "kestreld.frontends"),
     ("kestreld.security", "kestreld.server"),
     ("kestreld.security", "kestreld.queues"),
-    ("kestreld.admin", "kestreld.protocol"),  # the admin port sees the server as state
+    ("kestreld.admin", "kestreld.frontends"),  # the admin port sees the server as state
+    # One folder per wire format, over the core: no wire format reads another's syntax.
+    ("kestreld.frontends.memcache", "kestreld.frontends.text"),
+    ("kestreld.frontends.memcache", "kestreld.frontends.thrift"),
+    ("kestreld.frontends.text", "kestreld.frontends.memcache"),
+    ("kestreld.frontends.text", "kestreld.frontends.thrift"),
+    ("kestreld.frontends.thrift", "kestreld.frontends.memcache"),
+    ("kestreld.frontends.thrift", "kestreld.frontends.text"),
+    ("kestreld.frontends.core", "kestreld.frontends.memcache"),
+    ("kestreld.frontends.core", "kestreld.frontends.text"),
+    ("kestreld.frontends.core", "kestreld.frontends.thrift"),
+    ("kestreld.loop", "kestreld.frontends"),
+    ("kestreld.loop", "kestreld.session"),
     ("kestreld.admin", "kestreld.server"),
     ("kestreld.queues", "kestreld.admin"),
     ("kestreld.stats", "kestreld.admin"),
@@ -247,25 +277,25 @@ def test_no_import_cycles_in_the_package():
 
 #: Files whose code may only assign fields of ``self`` (never ``other.field = ...`` nor
 #: ``self.other.field = ...``): the front ends, the session and the server.
-OWN_FIELDS_ONLY = ["kestreld/protocol", "kestreld/session", "kestreld/server.py"]
+OWN_FIELDS_ONLY = ["kestreld/frontends", "kestreld/session", "kestreld/server.py"]
 
 #: (file, name) pairs allowed to assign fields of ``name``, and why.
 FIELD_WRITES_ALLOWED = {
     # A Fetch is a record (a get's options, then its outcome): its fields are its interface.
-    ("kestreld/protocol/commands.py", "opts"),
-    ("kestreld/protocol/commands.py", "f"),
+    ("kestreld/frontends/memcache/commands.py", "opts"),
+    ("kestreld/frontends/memcache/commands.py", "f"),
     ("kestreld/session/session.py", "f"),
     # The factory of PendingReply beside the class fills a new instance.
     ("kestreld/session/reply.py", "reply"),
     # Fetch.again fills a new Fetch (its own class) from the parsed one.
     ("kestreld/session/fetch.py", "f"),
-    ("kestreld/protocol/text.py", "f"),
-    ("kestreld/protocol/thrift.py", "f"),
+    ("kestreld/frontends/text/connection.py", "f"),
+    ("kestreld/frontends/thrift/connection.py", "f"),
     # OpenIds' own private record of one held read (_Held), changed only by OpenIds.
     ("kestreld/session/open_ids.py", "held"),
     # C structs the compiled connection fills for sendmsg(2) (Connection.send_parts).
-    ("kestreld/protocol/connection.py", "msg"),
-    ("kestreld/protocol/connection.py", "vec"),
+    ("kestreld/frontends/memcache/connection.py", "msg"),
+    ("kestreld/frontends/memcache/connection.py", "vec"),
 }
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from kestreld.protocol.commands import COMMANDS
-from kestreld.protocol.framing import Command
+from kestreld.frontends.memcache.commands import COMMANDS
+from kestreld.frontends.memcache.framing import Command
 
 
 def _broken(conn, args) -> None:

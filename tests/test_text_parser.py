@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kestreld.protocol.text_parser import TextError, TextParser, TextRequest
+from kestreld.frontends.text.parser import TextError, TextParser, TextRequest
 
 
 def parser(max_line: int = 64, max_item: int = 128, max_items: int = 4) -> TextParser:

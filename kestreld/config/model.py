@@ -328,7 +328,7 @@ class ServerConfig:
     checkpoint_interval: int = 1000  # ms
     #: After answering a lone client, poll for its next request this long at most (µs)
     #: before the event loop sleeps, while the server measures that polling costs it less
-    #: CPU than sleeping (kestreld/protocol/busy_poll.py); 0 = never poll; None: the
+    #: CPU than sleeping (kestreld/loop/busy_poll.py); 0 = never poll; None: the
     #: build's default (30 compiled, 0 plain Python: busy_poll.DEFAULT_LIMIT_US).
     busy_poll_us: int | None = None
     metrics_port: int | None = None

@@ -9,7 +9,7 @@
 - :mod:`kestreld.session.errors` -- why a request was refused.
 - :mod:`kestreld.session.traffic` -- :class:`Traffic`, the server-wide per-request counters.
 
-The session knows nothing of a wire syntax: front ends (``kestreld.protocol``)
+The session knows nothing of a wire syntax: front ends (``kestreld.frontends``)
 parse requests, call its verbs and render what they return.  It depends on
 ``kestreld.queues`` and ``kestreld.state`` only.
 """

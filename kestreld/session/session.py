@@ -52,6 +52,7 @@ from kestreld.journal.clock import monotonic, now_ms
 from kestreld.queues.blocking import Waiter
 from kestreld.queues.collection import TooManyQueues
 from kestreld.queues.journaled_queue import JournalWriteError, QueueFull
+from kestreld.security.policy import Role
 from kestreld.session.errors import (
     NoOpenRead,
     NotStored,
@@ -198,11 +199,23 @@ class Session:
 
     def permit(self, role: Any, queue: str | None = None) -> bool:
         """May this client act with ``role`` (a kestreld.security Role) on ``queue`` (None:
-        the whole server)?  Always, without an auth file."""
+        the whole server)?  Always, without an auth file.
+
+        Judged on the queues the request reaches: writing to an alias needs ``role`` on
+        the alias and on every one of its destinations (a user who may not write to a
+        queue cannot reach it through an alias); a fanout reader ``q+r`` is judged by
+        its own name.
+        """
         if self.server.authenticator is None:
             return True
         principal = self.principal
-        return principal is not None and principal.permits(role, queue)
+        if principal is None or not principal.permits(role, queue):
+            return False
+        if queue is not None and role is Role.WRITE:
+            alias = self.queues.aliases.get(queue)
+            if alias is not None:
+                return all(principal.permits(role, name) for name in alias.destinations)
+        return True
 
     # The server keeps why it refuses writes and fetches now (its status in force, or
     # more connections than connection_limit_refuse_writes / _reads) in its gate, so a

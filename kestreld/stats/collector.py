@@ -95,7 +95,7 @@ GLOBAL_METRICS: dict[str, MetricSpec] = {
     "queue_create_refusals": MetricSpec(
         "kestreld_queue_create_refusals", _COUNTER, "New queue names refused by max_queues."
     ),
-    # Busy polling (busy_poll_us; kestreld/protocol/busy_poll.py): present unless it is 0.
+    # Busy polling (busy_poll_us; kestreld/loop/busy_poll.py): present unless it is 0.
     "busy_poll_us": MetricSpec(
         "kestreld_busy_poll_limit_seconds",
         _GAUGE,

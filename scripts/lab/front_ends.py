@@ -54,7 +54,7 @@ def _thriftpy2_server_round_trips(calls: int) -> tuple[float, float]:
     from thriftpy2.contrib.aio.rpc import make_server
     from thriftpy2.contrib.aio.transport import TAsyncFramedTransportFactory
 
-    from kestreld.protocol.thrift_codec import IDL_PATH
+    from kestreld.frontends.thrift.codec import IDL_PATH
 
     idl = thriftpy2.load(str(IDL_PATH), module_name="kestrel_bench_aio_thrift")
 
@@ -108,7 +108,7 @@ def _client(port: int):
     from thriftpy2.rpc import make_client
     from thriftpy2.transport import TFramedTransportFactory
 
-    from kestreld.protocol.thrift_codec import kestrel
+    from kestreld.frontends.thrift.codec import kestrel
 
     return make_client(
         kestrel.Kestrel,

@@ -33,9 +33,9 @@ import time
 
 from kestreld import __version__
 from kestreld.compiled import implementation
+from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
+from kestreld.frontends.memcache.connection import MemcacheConnection
 from kestreld.log import configure_logging
-from kestreld.protocol.commands import COMMANDS, UNKNOWN
-from kestreld.protocol.connection import MemcacheConnection
 from kestreld.server import Server, build_server_config
 from kestreld.testing.memory_transport import MemoryTransport
 

@@ -87,7 +87,7 @@ _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^:()]*)(?::\d+)?\)$")
 
 
 def _function(frame: str) -> str:
-    """``data_received (kestreld/protocol/connection.py:159)`` -> ``data_received (connection.py)``."""
+    """``data_received (kestreld/frontends/memcache/connection.py:159)`` -> ``data_received (connection.py)``."""
     m = _FRAME.match(frame.strip())
     if not m:
         return frame.strip()

@@ -15,7 +15,7 @@ from thriftpy2.protocol import TBinaryProtocolFactory
 from thriftpy2.rpc import make_client
 from thriftpy2.transport import TFramedTransportFactory
 
-IDL = Path(__file__).resolve().parents[2] / "kestreld" / "protocol" / "kestrel.thrift"
+IDL = Path(__file__).resolve().parents[2] / "kestreld" / "frontends" / "thrift" / "kestrel.thrift"
 #: The IDL as a client sees it (a module of its own, not the server's).
 kestrel = thriftpy2.load(str(IDL), module_name="kestrel_client_thrift")
 

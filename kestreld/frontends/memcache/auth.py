@@ -32,15 +32,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kestreld.protocol import commands
-from kestreld.protocol.codes import LINE
-from kestreld.protocol.framing import Command
-from kestreld.protocol.replies import STORED, client_error
+from kestreld.frontends.memcache import commands
+from kestreld.frontends.memcache.codes import LINE
+from kestreld.frontends.memcache.framing import Command
+from kestreld.frontends.memcache.replies import STORED, client_error
 from kestreld.security.authenticator import parse_token
 from kestreld.security.policy import ALL_ROLES, Role, User
 
 if TYPE_CHECKING:
-    from kestreld.protocol.connection import MemcacheConnection
+    from kestreld.frontends.memcache.connection import MemcacheConnection
 
 UNAUTHENTICATED = client_error("unauthenticated")
 AUTH_FAILURE = client_error("authentication failure")
@@ -170,7 +170,7 @@ def table_for(user: User) -> dict[bytes, Command]:
         if len(_TABLES) >= 1000:
             _TABLES.clear()  # users of old auth files
         table = _TABLES[user] = {
-            word: _guarded(user, command, *NEEDS[word]) if word in NEEDS else command
+            word: _guarded(command, *NEEDS[word]) if word in NEEDS else command
             for word, command in commands.COMMANDS.items()
         }
     return table
@@ -181,23 +181,25 @@ def _queue_of(raw: bytes) -> str | None:
     return commands.queue_name(raw.split(b"/", 1)[0])
 
 
-def _permitted(user: User, role: Role, where: str | None, args: list[bytes]) -> bool:
+def _permitted(conn: MemcacheConnection, role: Role, where: str | None, args: list[bytes]) -> bool:
+    # The session judges: a put through an alias needs the role on every destination.
+    session = conn.session
     if where is None:
-        return user.permits(role, None)
+        return session.permit(role, None)
     keys = args[1:] if where == "keys" else args[1:2]
     for key in keys:
         name = _queue_of(key)
-        if name is not None and not user.permits(role, name):
+        if name is not None and not session.permit(role, name):
             return False
     return True  # a missing or bad name gets the command's own error
 
 
-def _guarded(user: User, command: Command, role: Role, where: str | None) -> Command:
+def _guarded(command: Command, role: Role, where: str | None) -> Command:
     run: Callable = command.run
     if command.shape == LINE:
 
         def guarded_run(conn: MemcacheConnection, args: list[bytes]) -> None:
-            if _permitted(user, role, where, args):
+            if _permitted(conn, role, where, args):
                 run(conn, args)
             else:
                 conn.out.append(PERMISSION_DENIED)
@@ -209,7 +211,7 @@ def _guarded(user: User, command: Command, role: Role, where: str | None) -> Com
     accept: Callable = command.accept  # type: ignore[assignment]
 
     def guarded_accept(conn: MemcacheConnection, args: list[bytes], size: int) -> bool:
-        if _permitted(user, role, where, args):
+        if _permitted(conn, role, where, args):
             return accept(conn, args, size)
         conn.out.append(PERMISSION_DENIED)
         return False  # the block is skipped: the stream stays in step

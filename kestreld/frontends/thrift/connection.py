@@ -1,7 +1,7 @@
 """Kestrel's thrift interface (port 2229: framed transport, binary protocol) on the session.
 
 Each frame is a 4-byte big-endian length and one binary-protocol message.  A
-frame over :func:`~kestreld.protocol.thrift_codec.max_frame_size` or with an
+frame over :func:`~kestreld.frontends.thrift.codec.max_frame_size` or with an
 unreadable message header closes the connection (there is nothing to answer:
 no method, no sequence id); a malformed argument struct, wrong argument types
 or an unknown method (Finagle's ``__can__finagle__trace__v3__`` probe) are
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kestreld import __version__
+from kestreld.frontends.core.request_loop import RequestConnection
+from kestreld.frontends.thrift import codec
 from kestreld.journal.clock import now_ms
 from kestreld.names import split_queue_name
-from kestreld.protocol import thrift_codec as codec
-from kestreld.protocol.request_loop import RequestConnection
 from kestreld.security.policy import Role
 from kestreld.security.tls import peer_certificate_name
 from kestreld.session.errors import NotStored, PutFailed, QueueRefused, SessionError
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from kestreld.session.reply import PendingReply
     from kestreld.state import ServerState
 
-log = structlog.get_logger("kestreld.protocol")
+log = structlog.get_logger("kestreld.frontends")
 
 _LENGTH = struct.Struct(">i")
 #: Kestrel's status enum <-> kestreld's statuses (kestreld never is NOT_CONFIGURED).
@@ -293,15 +293,24 @@ async def get(conn: ThriftConnection, args: Any) -> list:
     loop = conn.server.loop
     deadline = loop.time() + timeout / 1000 if timeout > 0 else 0.0
     opening = auto_abort > 0
-    limit = (
-        session.max_open_reads() - _open_ids(conn).count(session, name) if opening else max_items
-    )
+    # A get that may wait holds what it takes as open reads until it answers, then
+    # confirms them: a client that leaves meanwhile gets nothing taken for it (the
+    # session's close gives them back at once).  So it returns at most max_open_reads.
+    room = session.max_open_reads() - session.open_count(name)
+    holding = bool(deadline) and not opening and room > 0  # max_open_reads 0: consumed
+    if opening:
+        limit = session.max_open_reads() - _open_ids(conn).count(session, name)
+    elif holding:
+        limit = room
+    else:
+        limit = max_items
+    held = 0
     items: list[bytes] = []
     confirms: list[PendingReply] = []
     while len(items) < min(max_items, limit):
         f = Fetch()
         f.name = name
-        f.open = opening
+        f.open = opening or holding
         if deadline:
             f.timeout = max(0, int((deadline - loop.time()) * 1000))
         outcome = await conn.fetch(f)
@@ -314,17 +323,37 @@ async def get(conn: ThriftConnection, args: Any) -> list:
         if outcome != ITEM:
             break
         items.append(f.item.data)  # type: ignore[union-attr]
+        if holding:
+            held += 1
         if f.reply is not None:
             confirms.append(f.reply)
     if opening:
+        if conn.gone():
+            # The client left during the wait: an id it never receives is never left
+            # open; the session's close gives these reads back at once.
+            return []
         # Handed over newest first: the session's reads of this queue are these items.
-        reads = [session.hand_over(name) for _ in items]
+        # (open_transaction_timeout may have given some back meanwhile: not ours now).
+        reads = [session.hand_over(name) for _ in range(session.open_count(name))]
         reads.reverse()
         open_ids = _open_ids(conn)
         return [
             _Item(data=read.item.data, id=open_ids.adopt(read, name, session, auto_abort))
             for read in reads
         ]
+    if held:
+        if conn.gone():
+            return []  # the client left during the wait: the held reads go back
+        still = session.open_count(name)
+        if still < held:
+            # open_transaction_timeout gave the oldest back during the wait: not ours now.
+            items = items[held - still :]
+            held = still
+    if held:
+        reply = session.confirm(name, held)
+        if reply is not None and await conn.settle(reply) is not None:
+            session.abort(name, held)  # not durable: none of them is handed out
+            items = items[held:]
     kept = []
     for data in items:
         kept.append(_Item(data=data, id=0))

@@ -6,8 +6,8 @@
 cimport cython
 
 from kestreld.journal.clock cimport now_ms
-from kestreld.protocol.connection cimport Connection
-from kestreld.protocol.framing cimport Command
+from kestreld.frontends.memcache.connection cimport Connection
+from kestreld.frontends.memcache.framing cimport Command
 from kestreld.session.fetch cimport Fetch
 
 # parse_get's last key and entry: C globals (no dict store per get).

@@ -4,7 +4,7 @@ Replies are one line each: ``+<count>``, ``-<error>``, ``:<item>`` or ``*``
 (no item), ended by a bare ``\\n``.  Every fetch is transactional, as in
 Kestrel: ``get`` (and ``peek``, ``monitor``) first confirms the reads this
 session still holds on that queue, then opens the next; a disconnect gives
-open reads back.  The parser is :mod:`kestreld.protocol.text_parser`; the
+open reads back.  The parser is :mod:`kestreld.frontends.text.parser`; the
 queue work is the session's.  docs/protocol.md has the commands.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kestreld import __version__
+from kestreld.frontends.core.request_loop import RequestConnection
+from kestreld.frontends.text.parser import TextError, TextParser, TextRequest
 from kestreld.journal.clock import now_ms
 from kestreld.names import split_queue_name
-from kestreld.protocol.request_loop import RequestConnection
-from kestreld.protocol.text_parser import TextError, TextParser, TextRequest
 from kestreld.security.authenticator import parse_token
 from kestreld.security.policy import Role
 from kestreld.session.errors import NotStored, PutFailed, QueueRefused, SessionError

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kestreld.journal.clock import now_ms
-from kestreld.names import split_queue_name
-from kestreld.protocol.codes import META_SET, STORAGE
-from kestreld.protocol.framing import Command
-from kestreld.protocol.replies import (
+from kestreld.frontends.memcache.codes import META_SET, STORAGE
+from kestreld.frontends.memcache.framing import Command
+from kestreld.frontends.memcache.replies import (
     BAD_COMMAND_LINE,
     BAD_QUEUE_NAME,
     DELETED,
@@ -35,6 +33,8 @@ from kestreld.protocol.replies import (
     client_error,
     server_error,
 )
+from kestreld.journal.clock import now_ms
+from kestreld.names import split_queue_name
 from kestreld.session.errors import (
     NoOpenRead,
     NotStored,
@@ -46,7 +46,7 @@ from kestreld.session.fetch import Fetch
 from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
-    from kestreld.protocol.connection import MemcacheConnection
+    from kestreld.frontends.memcache.connection import MemcacheConnection
 
 _RELATIVE_EXPIRY_LIMIT = 1_000_000
 _MAX_TIME_MS = (1 << 63) - 1

@@ -1,4 +1,7 @@
-"""A connection that answers one request at a time: the text and thrift front ends.
+"""The connection core of the text and thrift front ends: one request at a time, in order.
+
+Back-pressure lives here: the input bound (:data:`INBOX_PAUSE`, from
+:mod:`kestreld.frontends.core.limits`), writes paused, the one close path.
 
 Kestrel's text and thrift clients send a request and wait for its reply (a
 Finagle client may pipeline, and is answered in order).  So these front ends
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kestreld.frontends.core.limits import REQUESTS_AHEAD
 from kestreld.session.fetch import WAIT, Fetch
 from kestreld.session.session import Session
 
@@ -31,10 +35,10 @@ if TYPE_CHECKING:
     from kestreld.session.reply import PendingReply
     from kestreld.state import ServerState
 
-log = structlog.get_logger("kestreld.protocol")
+log = structlog.get_logger("kestreld.frontends")
 
-#: Requests parsed ahead of the one running before reading from the socket pauses.
-INBOX_PAUSE = 64
+#: Requests held beyond the one running before reading from the socket pauses.
+INBOX_PAUSE = REQUESTS_AHEAD
 
 
 class RequestConnection(asyncio.Protocol):
@@ -117,9 +121,12 @@ class RequestConnection(asyncio.Protocol):
             return
         requests = self.parse(data)
         if requests:
-            self.inbox.extend(requests)
+            inbox = self.inbox
+            inbox.extend(requests)
             self._poke()
-            if len(self.inbox) > INBOX_PAUSE:
+            # One request may wait beyond the one being answered: a client that pipelines
+            # more is paused (its bytes stay in the kernel), never buffered here.
+            if len(inbox) + self.busy > INBOX_PAUSE:
                 self._pause_reading()
 
     def eof_received(self) -> bool | None:
@@ -164,6 +171,8 @@ class RequestConnection(asyncio.Protocol):
                 continue
             request = inbox.popleft()
             self.busy = True
+            if not inbox:
+                self._resume_reading()  # room for the next request while this one runs
             trace = self.session.trace
             if trace is not None:
                 trace.running()  # the queue events of this request name the client
@@ -257,6 +266,11 @@ class RequestConnection(asyncio.Protocol):
         return ended[0] if ended else None
 
     # --- session helpers --------------------------------------------------------------------
+
+    def gone(self) -> bool:
+        """True once the client sent its last byte or the connection is closing: a reply
+        may never be read, so nothing that outlives the connection is handed to it."""
+        return self.eof or self.closing
 
     async def settle(self, reply: PendingReply) -> str | None:
         """Wait until the journal has ``reply``'s request: None, or why it failed (undone)."""

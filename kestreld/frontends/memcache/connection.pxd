@@ -5,15 +5,15 @@
 cimport cython
 
 from kestreld.journal.clock cimport monotonic
-from kestreld.protocol.busy_poll cimport BusyPoll
-from kestreld.protocol.framing cimport Command, Framing, Sink
+from kestreld.loop.busy_poll cimport BusyPoll
+from kestreld.frontends.memcache.framing cimport Command, Framing, Sink
 from kestreld.queues.item cimport QueueItem
 from kestreld.session.fetch cimport Fetch
 from kestreld.session.reply cimport PendingReply
 from kestreld.journal.tick cimport Tick
 from kestreld.session.session cimport Session
 from kestreld.session.traffic cimport Traffic
-from kestreld.protocol.csocket cimport msghdr
+from kestreld.frontends.memcache.csocket cimport msghdr
 from posix.uio cimport iovec
 
 # The output limits and the verdicts, outcomes and reply kind it imports are C globals,

@@ -1,8 +1,8 @@
 """One memcache client connection: framing in, replies out in request order, flow control.
 
-Bytes go to the :class:`~kestreld.protocol.framing.Framing`, which hands each
+Bytes go to the :class:`~kestreld.frontends.memcache.framing.Framing`, which hands each
 complete request back here; the command table (passed in by the server, see
-:mod:`kestreld.protocol.commands`) runs it against this connection's
+:mod:`kestreld.frontends.memcache.commands`) runs it against this connection's
 :class:`~kestreld.session.session.Session` and appends its reply to ``out``.
 Replies are written once per batch of requests.  A reply the journal must
 have first (``STORED``, a confirm's) is a
@@ -40,11 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kestreld.journal.clock import monotonic
-from kestreld.protocol.busy_poll import BusyPoll
-from kestreld.protocol.codes import GO, KEEP, LATER, SKIP, STOP
-from kestreld.protocol.framing import Command, Framing, Sink
-from kestreld.protocol.replies import (
+from kestreld.frontends.memcache.codes import GO, KEEP, LATER, SKIP, STOP
+from kestreld.frontends.memcache.framing import Command, Framing, Sink
+from kestreld.frontends.memcache.replies import (
     BAD_DATA_CHUNK,
     CRLF,
     END,
@@ -53,6 +51,8 @@ from kestreld.protocol.replies import (
     VALUE_END,
     server_error,
 )
+from kestreld.journal.clock import monotonic
+from kestreld.loop.busy_poll import BusyPoll
 from kestreld.session.fetch import BUSY, ITEM, LIMITED, MISS, REFUSED, Fetch
 from kestreld.session.reply import PUT, PendingReply
 from kestreld.session.session import Session
@@ -60,9 +60,13 @@ from kestreld.session.session import Session
 try:
     import cython
     from cython.cimports.cpython.mem import PyMem_Free, PyMem_Malloc
-    from cython.cimports.kestreld.protocol.csocket import MSG_DONTWAIT, MSG_NOSIGNAL, msghdr
-    from cython.cimports.kestreld.protocol.csocket import send as c_send
-    from cython.cimports.kestreld.protocol.csocket import sendmsg as c_sendmsg
+    from cython.cimports.kestreld.frontends.memcache.csocket import (
+        MSG_DONTWAIT,
+        MSG_NOSIGNAL,
+        msghdr,
+    )
+    from cython.cimports.kestreld.frontends.memcache.csocket import send as c_send
+    from cython.cimports.kestreld.frontends.memcache.csocket import sendmsg as c_sendmsg
     from cython.cimports.libc.errno import EAGAIN, EINTR, errno
     from cython.cimports.libc.string import memset
     from cython.cimports.posix.uio import iovec
@@ -85,7 +89,7 @@ if TYPE_CHECKING:
     from kestreld.state import ServerState
 
 
-log = structlog.get_logger("kestreld.protocol")
+log = structlog.get_logger("kestreld.frontends")
 
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
@@ -513,7 +517,7 @@ class Connection(Sink):
 
     def authentication_ended(self, user: Any, answer: Any) -> None:
         """The session's password check ended (``user`` None: refused): ``answer``, the
-        front end's own (kestreld/protocol/auth.py), renders it; then what was sent behind it."""
+        front end's own (kestreld/frontends/memcache/auth.py), renders it; then what was sent behind it."""
         self.last_active = monotonic()
         answer(self, user)
         self.flush_out()

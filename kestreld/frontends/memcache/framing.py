@@ -20,7 +20,7 @@ payload bytes are never taken for a command, whatever they hold.
 
 The framing owns no reply and no flow control: it hands each request to its
 sink (the connection), which answers ``GO``, ``STOP`` or ``LATER``
-(:mod:`kestreld.protocol.codes`).  State is a handful of fixed fields, so the class is
+(:mod:`kestreld.frontends.memcache.codes`).  State is a handful of fixed fields, so the class is
 compiled by Cython (``framing.pxd`` beside this file: C fields, C integers for
 positions, the sink called through a C vtable).
 """
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kestreld.protocol.codes import GO, KEEP, LATER, LINE, SKIP, STORAGE
-from kestreld.protocol.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
+from kestreld.frontends.memcache.codes import GO, KEEP, LATER, LINE, SKIP, STORAGE
+from kestreld.frontends.memcache.replies import BAD_COMMAND_LINE, BAD_DATA_CHUNK, LINE_TOO_LONG
 
 try:
     import cython

@@ -18,6 +18,8 @@ from typing import Any
 import thriftpy2
 from thriftpy2.thrift import TApplicationException, TMessageType
 
+from kestreld.frontends.core.limits import MAX_REQUEST_ITEM_BYTES
+
 try:  # the Cython codec thriftpy2 builds on install; its pure-Python one otherwise
     from thriftpy2.protocol.cybin import TCyBinaryProtocol as _Protocol
     from thriftpy2.transport import TCyMemoryBuffer as _Buffer
@@ -35,7 +37,7 @@ METHODS = frozenset(SERVICE.thrift_services)
 FRAME_OVERHEAD = 64 * 1024
 #: Item bytes one frame may carry whatever max_item_size is: a frame is buffered
 #: whole before it is decoded, so this bounds a connection's input buffer.
-FRAME_ITEMS_CAP = 64 * 1024 * 1024
+FRAME_ITEMS_CAP = MAX_REQUEST_ITEM_BYTES
 
 CALL = TMessageType.CALL
 ONEWAY = TMessageType.ONEWAY

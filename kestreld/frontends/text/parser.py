@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kestreld.frontends.core.limits import MAX_REQUEST_ITEM_BYTES
+
 #: Most items one ``put`` may carry (Kestrel's MAX_PUT_BUFFER).
 MAX_PUT_ITEMS = 1024
+#: Most item bytes one ``put`` may carry (the connection core's limit on one request).
+MAX_PUT_BYTES = MAX_REQUEST_ITEM_BYTES
 
 
 @dataclass(slots=True)
@@ -44,12 +48,23 @@ class TextParser:
     one error, nothing of it stored.
     """
 
-    __slots__ = ("max_line", "max_item", "max_items", "buf", "scanned", "put", "put_error", "dead")
+    __slots__ = (
+        "max_line", "max_item", "max_items", "max_bytes", "buf", "scanned", "put", "put_bytes",
+        "put_error", "dead",
+    )  # fmt: skip
 
-    def __init__(self, max_line: int, max_item: int, max_items: int = MAX_PUT_ITEMS) -> None:
+    def __init__(
+        self,
+        max_line: int,
+        max_item: int,
+        max_items: int = MAX_PUT_ITEMS,
+        max_bytes: int = MAX_PUT_BYTES,
+    ) -> None:
         self.max_line = max_line
         self.max_item = max_item
         self.max_items = max_items
+        self.max_bytes = max_bytes
+        self.put_bytes = 0  # item bytes of the put being read
         self.buf = bytearray()
         self.scanned = 0  # bytes of buf known to hold no '\n' (a long line is not rescanned)
         #: The put whose items are being read, or None.
@@ -101,6 +116,7 @@ class TextParser:
             command = words[0].lower() if words else b""
             self.put = TextRequest(command, words[1:], [])
             self.put_error = None
+            self.put_bytes = 0
             return
         words = line.split()
         if not words:
@@ -124,6 +140,12 @@ class TextParser:
             put.items.clear()
             self.put_error = f"Too many items in one put (at most {self.max_items})."
             return
+        self.put_bytes += len(line)
+        if self.put_bytes > self.max_bytes:
+            # One request is held whole before it runs: its size bounds the connection's input.
+            put.items.clear()
+            self.put_error = f"Too many bytes in one put (at most {self.max_bytes})."
+            return
         put.items.append(line)
 
     def _fatal(self, events: list[TextRequest | TextError], limit: int) -> None:
@@ -133,4 +155,4 @@ class TextParser:
         self.put = None
 
 
-__all__ = ["MAX_PUT_ITEMS", "TextError", "TextParser", "TextRequest"]
+__all__ = ["MAX_PUT_BYTES", "MAX_PUT_ITEMS", "TextError", "TextParser", "TextRequest"]

@@ -1,6 +1,6 @@
 """The small integers the framing and its sink speak in: a request's shape, a sink's verdict.
 
-They live apart from :mod:`kestreld.protocol.framing` so that the compiled framing and
+They live apart from :mod:`kestreld.frontends.memcache.framing` so that the compiled framing and
 connection can hold them as C integers (``framing.pxd``, ``connection.pxd``), while every
 other module imports them from here.
 """

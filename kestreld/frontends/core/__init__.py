@@ -1,0 +1,1 @@
+"""The connection core every front end shares: limits, flow control, the close path."""

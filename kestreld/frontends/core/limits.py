@@ -1,0 +1,36 @@
+"""What one connection may hold, on every front end: the connection core's contract.
+
+Every front end keeps these alike (tests/test_front_ends_core.py runs each case
+against the memcache, text and thrift ports):
+
+- **Input**: the request being answered and at most :data:`REQUESTS_AHEAD` more
+  are held; a client that pipelines beyond that is paused (``pause_reading``:
+  its bytes wait in the kernel) and served in order afterwards, never
+  disconnected for it.  Before authentication the same bound holds.
+- **One request** is held whole before it runs, so its size bounds the input:
+  a request line is at most ``max_line_length``; the items of one text ``put``
+  or one thrift frame at most :data:`MAX_REQUEST_ITEM_BYTES` (a memcache data
+  block at most ``max_item_size``, streamed to a skip when refused).  Over the
+  limit: the protocol's own error, then the one close path; a thrift frame
+  announcing more is refused from its length, before its body is read.
+- **Output**: no request runs while the transport's buffer is over its high
+  water mark (``pause_writing``): a client that never reads stops being served.
+- **Closing** is one path per connection: the replies owed are sent first, then
+  the session ends and gives back its open reads and its wait.  A client that
+  leaves during a wait ends it at once; nothing taken for it outlives it.
+
+The memcache connection (compiled, :mod:`kestreld.frontends.memcache.connection`)
+keeps the same contract with byte counts of its own (``INPUT_PAUSE_LIMIT``,
+``OUTPUT_HOLD_LIMIT``): its requests are judged in the read that brings them.
+The text and thrift connections share :mod:`kestreld.frontends.core.request_loop`.
+"""
+
+from __future__ import annotations
+
+#: Requests held beyond the one being answered before reading from the socket pauses.
+REQUESTS_AHEAD = 1
+#: Item bytes one request (a text ``put``, a thrift frame) may carry whatever
+#: ``max_item_size`` is: a request is held whole before it runs.
+MAX_REQUEST_ITEM_BYTES = 64 * 1024 * 1024
+
+__all__ = ["MAX_REQUEST_ITEM_BYTES", "REQUESTS_AHEAD"]
