@@ -7,11 +7,16 @@ Without Cython or a compiler (or with ``KESTRELD_NO_EXTENSIONS=1`` at build
 time) the install is pure Python and works the same, only slower; the server
 says so in a warning at start-up.
 
-With GCC the build is profile-guided (``KESTRELD_PGO=0`` turns it off): the
-extensions are compiled instrumented, ``python -m kestreld.bench.train`` runs a
-real server on a loopback port with them, and they are compiled again from the
-counts.  Any failure on that way (another compiler, no loopback, a training
-error) falls back to the plain compile, never to a failed install.
+With ``KESTRELD_PGO=1`` and GCC the build is profile-guided (the image and CI ask
+for it): the extensions are compiled instrumented, ``python -m kestreld.bench.train``
+runs a real server on a loopback port with them, and they are compiled again from
+the counts.  That takes two compiles and a training run, so a checkout's first
+``scripts/serve`` gets the plain compile.  Any failure on that way (another
+compiler, no loopback, a training error) falls back to the plain compile, never
+to a failed install.
+
+Each step prints a ``kestreld:`` line on stderr (``scripts/_venv.sh`` shows them
+while pip runs): what is being done, and each module as it is compiled.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from setuptools import setup
@@ -41,11 +48,19 @@ def _compiled_settings():
 PGO_ENV_VAR = "KESTRELD_PGO"
 
 
+def say(message: str) -> None:
+    """One progress line on stderr: pip shows it with -v, scripts/_venv.sh always."""
+    print(f"kestreld: {message}", file=sys.stderr, flush=True)
+
+
 class OptionalBuildExt(build_ext):
     """A failed compile is a warning and a pure-Python install, never a failed install."""
 
     #: Compile and link flags the profile-guided build adds in its current pass.
     _pgo_flags: tuple[list[str], list[str]] = ([], [])
+    #: Modules compiled in the current pass (the compiler runs one thread per core).
+    _done = 0
+    _done_lock = threading.Lock()
 
     def finalize_options(self) -> None:
         super().finalize_options()
@@ -57,15 +72,25 @@ class OptionalBuildExt(build_ext):
             if self.extensions and self._profile_guided():
                 self._run_profile_guided()
             else:
+                if self.extensions:
+                    asked = os.environ.get(PGO_ENV_VAR, "").strip()
+                    hint = "" if asked else "; KESTRELD_PGO=1 compiles it profile-guided"
+                    self._pass(f"compiling the fast path (plain{hint})")
                 super().run()
         except Exception as e:  # noqa: BLE001 - no compiler, no headers: fall back
             self._skip(e)
 
     # --- the profile-guided build ------------------------------------------------------
 
+    def _pass(self, what: str) -> None:
+        """Announce a compile pass over every extension."""
+        self._done = 0
+        jobs = self.parallel if isinstance(self.parallel, int) and self.parallel > 1 else 1
+        say(f"{what}: {len(self.extensions)} modules, {jobs} at a time")
+
     def _profile_guided(self) -> bool:
-        """GCC on Linux, and not turned off."""
-        if os.environ.get(PGO_ENV_VAR, "").strip() == "0" or not sys.platform.startswith("linux"):
+        """Asked for (KESTRELD_PGO=1), with GCC on Linux."""
+        if os.environ.get(PGO_ENV_VAR, "").strip() != "1" or not sys.platform.startswith("linux"):
             return False
         cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
         try:
@@ -87,8 +112,12 @@ class OptionalBuildExt(build_ext):
             self._pgo_flags = ([generate, "-fprofile-update=atomic"], [generate])
             compiler = self.compiler  # the option: run() replaces it with the compiler it made
             self.force = True  # an up-to-date plain build is not instrumented
+            self._pass("profile-guided build, 1/3: compiling the fast path instrumented")
             super().run()
+            say("profile-guided build, 2/3: training (a real server on a loopback port)")
+            started = time.monotonic()
             trained = self._train()
+            say(f"training done in {time.monotonic() - started:.0f} s")
             # The counts are files the instrumented modules write when the server exits.
             if trained and not any(Path(profile_dir).rglob("*.gcda")):
                 print("kestreld: the training run left no counts; plain compile", file=sys.stderr)
@@ -101,6 +130,8 @@ class OptionalBuildExt(build_ext):
             ]
             self._pgo_flags = (use, []) if trained else ([], [])
             self.compiler = compiler  # compile again, from the counts
+            how = "from the profile" if trained else "plain"
+            self._pass(f"profile-guided build, 3/3: compiling the fast path {how}")
             super().run()
         finally:
             self._pgo_flags = ([], [])
@@ -160,6 +191,9 @@ class OptionalBuildExt(build_ext):
                 print(f"kestreld: {ext.name}: {e}; plain compile", file=sys.stderr)
                 ext.extra_compile_args, ext.extra_link_args = base
                 super().build_extension(ext)
+            with self._done_lock:
+                self._done += 1
+                say(f"  [{self._done}/{len(self.extensions)}] {ext.name}")
         except Exception as e:  # noqa: BLE001
             self._skip(e, ext.name)
         finally:
@@ -174,6 +208,15 @@ class OptionalBuildExt(build_ext):
         )
 
 
+def _stale_c(source: str) -> bool:
+    """True when Cython will (re)write the C file of ``source`` (a ``.py`` beside a ``.pxd``)."""
+    py = HERE / source
+    c = py.with_suffix(".c")
+    if not c.exists():
+        return True
+    return max(py.stat().st_mtime, py.with_suffix(".pxd").stat().st_mtime) > c.stat().st_mtime
+
+
 def extensions() -> list:
     settings = _compiled_settings()
     if os.environ.get(settings["ENV_VAR"], "").strip() not in ("", "0"):
@@ -184,6 +227,9 @@ def extensions() -> list:
         print("kestreld: Cython is not installed; pure-Python install", file=sys.stderr)
         return []
     sources = [str(Path(*name.split("."))) + ".py" for name in settings["MODULES"]]
+    if any(_stale_c(source) for source in sources):
+        # pip runs this file several times per install: only the run that translates says so.
+        say(f"translating {len(sources)} modules to C (Cython)")
     try:
         return cythonize(
             sources,
