@@ -20,6 +20,7 @@ from kestreld import __version__
 from kestreld.compiled import implementation, profile_guided, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import alias_dump_lines
+from kestreld.extras import install_command
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
 from kestreld.protocol.auth import LOCKED, LOCKED_UNKNOWN
@@ -300,7 +301,7 @@ class Server:
             )
         except ImportError as e:
             raise StartupError(
-                f"[zookeeper] needs the kazoo library ({e}); install kestreld[zookeeper]"
+                f"[zookeeper] needs the kazoo library ({e}): {install_command('zookeeper')}"
             ) from None
         zk = self.config.zookeeper
         assert zk is not None
