@@ -61,6 +61,7 @@ class OptionalBuildExt(build_ext):
     #: Modules compiled in the current pass (the compiler runs one thread per core).
     _done = 0
     _done_lock = threading.Lock()
+    _pass_started = 0.0
 
     def finalize_options(self) -> None:
         super().finalize_options()
@@ -85,6 +86,7 @@ class OptionalBuildExt(build_ext):
     def _pass(self, what: str) -> None:
         """Announce a compile pass over every extension."""
         self._done = 0
+        self._pass_started = time.monotonic()
         jobs = self.parallel if isinstance(self.parallel, int) and self.parallel > 1 else 1
         say(f"{what}: {len(self.extensions)} modules, {jobs} at a time")
 
@@ -193,7 +195,8 @@ class OptionalBuildExt(build_ext):
                 super().build_extension(ext)
             with self._done_lock:
                 self._done += 1
-                say(f"  [{self._done}/{len(self.extensions)}] {ext.name}")
+                took = time.monotonic() - self._pass_started
+                say(f"  [{self._done}/{len(self.extensions)}] {ext.name} ({took:.0f} s)")
         except Exception as e:  # noqa: BLE001
             self._skip(e, ext.name)
         finally:
@@ -227,11 +230,13 @@ def extensions() -> list:
         print("kestreld: Cython is not installed; pure-Python install", file=sys.stderr)
         return []
     sources = [str(Path(*name.split("."))) + ".py" for name in settings["MODULES"]]
-    if any(_stale_c(source) for source in sources):
+    stale = sum(map(_stale_c, sources))
+    if stale:
         # pip runs this file several times per install: only the run that translates says so.
-        say(f"translating {len(sources)} modules to C (Cython)")
+        say(f"translating {stale} modules to C (Cython), {os.cpu_count() or 1} at a time")
+    started = time.monotonic()
     try:
-        return cythonize(
+        modules = cythonize(
             sources,
             language_level=3,
             quiet=True,
@@ -244,10 +249,14 @@ def extensions() -> list:
                 # A None where a typed object belongs is an exception, never a crash.
                 "nonecheck": True,
             },
+            nthreads=os.cpu_count() or 1,
         )
     except Exception as e:  # noqa: BLE001 - a Cython error must not break the install
         print(f"kestreld: Cython failed ({e}); pure-Python install", file=sys.stderr)
         return []
+    if stale:
+        say(f"translated in {time.monotonic() - started:.0f} s")
+    return modules
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
