@@ -56,7 +56,7 @@ def say(message: str) -> None:
 class OptionalBuildExt(build_ext):
     """A failed compile is a warning and a pure-Python install, never a failed install."""
 
-    #: Compile and link flags the profile-guided build adds in its current pass.
+    #: Compile and link flags the current pass adds (-g0 plain, the profile-guided ones).
     _pgo_flags: tuple[list[str], list[str]] = ([], [])
     #: Modules compiled in the current pass (the compiler runs one thread per core).
     _done = 0
@@ -77,7 +77,13 @@ class OptionalBuildExt(build_ext):
                     asked = os.environ.get(PGO_ENV_VAR, "").strip()
                     hint = "" if asked else "; KESTRELD_PGO=1 compiles it profile-guided"
                     self._pass(f"compiling the fast path (plain{hint})")
-                super().run()
+                if os.name == "posix":
+                    # No debug info: a third less compile time, the same machine code.
+                    self._pgo_flags = (["-g0"], [])
+                try:
+                    super().run()
+                finally:
+                    self._pgo_flags = ([], [])
         except Exception as e:  # noqa: BLE001 - no compiler, no headers: fall back
             self._skip(e)
 
@@ -189,7 +195,8 @@ class OptionalBuildExt(build_ext):
             except Exception as e:  # noqa: BLE001
                 if not compile_args:
                     raise
-                # An instrumented or profile-guided module is never what a failure leaves.
+                # An instrumented or profile-guided module is never what a failure leaves
+                # (nor one a flag broke).
                 print(f"kestreld: {ext.name}: {e}; plain compile", file=sys.stderr)
                 ext.extra_compile_args, ext.extra_link_args = base
                 super().build_extension(ext)
