@@ -106,7 +106,15 @@ def missing(need: str) -> str | None:
         if shutil.which("docker") is None:
             return "Docker is not installed"
         info = subprocess.run(["docker", "info"], capture_output=True, timeout=30)
-        return None if info.returncode == 0 else "the Docker daemon does not answer"
+        if info.returncode != 0:
+            return "the Docker daemon does not answer"
+        # The Dockerfile's base image, here or from a registry (CI reaches none).
+        base = re.search(r"^ARG BASE=(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+        assert base is not None, "Dockerfile: no ARG BASE"
+        for probe in (["image", "inspect"], ["pull", "--quiet"]):
+            if subprocess.run(["docker", *probe, base[1]], capture_output=True).returncode == 0:
+                return None
+        return f"the base image {base[1]} is neither here nor pullable"
     if need == "spark":
         if importlib.util.find_spec("pyspark") is None:
             return "PySpark is not installed (scripts/install spark)"
@@ -121,6 +129,7 @@ SERVES = [b for b in BLOCKS if b.has("serves")]
 
 
 def _runnable_here() -> list[Block]:
+    """The blocks this machine can run; a warning names each one it cannot, and why."""
     run = []
     for block in BLOCKS:
         if block.has("serves") or block.has("is_the_suite"):
@@ -138,6 +147,9 @@ def _runnable_here() -> list[Block]:
 
 
 RUN = _runnable_here()
+#: Docker blocks publish the README's ports themselves: they run after the README's server.
+ON_THE_SERVER = [b for b in RUN if "docker" not in b.needs()]
+IN_DOCKER = [b for b in RUN if "docker" in b.needs()]
 
 
 def shell_env() -> dict[str, str]:
@@ -164,7 +176,7 @@ def _port_open() -> bool:
         return sock.connect_ex(("127.0.0.1", PORT)) == 0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def readme_server(clone):
     """The set-up block, running in the background as it would in the reader's first shell."""
     assert len(SERVES) == 1, "README.md: exactly one block is marked serves"
@@ -213,13 +225,11 @@ def run_block(block: Block, clone: Path) -> subprocess.CompletedProcess:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=600 if "spark" in block.needs() else 60,
+        timeout=600 if {"spark", "docker"} & set(block.needs()) else 60,
     )
 
 
-@pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
-def test_readme_block_runs_as_printed(block: Block, clone: Path, readme_server) -> None:
-    done = run_block(block, clone)
+def assert_ran(block: Block, done: subprocess.CompletedProcess) -> None:
     assert done.returncode == 0, (
         f"README.md line {block.line} exited {done.returncode}:\n{block.code}\n"
         f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
@@ -232,7 +242,34 @@ def test_the_readme_marks_one_set_up_block_that_starts_the_server() -> None:
     assert serves is BLOCKS[0], "the set-up block is the README's first command"
 
 
-def test_the_try_it_block_gets_the_item_back(clone: Path, readme_server) -> None:
-    (try_it,) = [b for b in RUN if "printf" in b.code and "nc " in b.code]
-    done = run_block(try_it, clone)
-    assert "STORED\nVALUE q 0 5\nhello\nEND\n" in done.stdout  # text mode: \r\n read as \n
+class TestWithTheReadmesServer:
+    """The blocks after the set-up, in a second shell, while scripts/serve runs."""
+
+    @pytest.mark.parametrize(
+        "block",
+        # The suite's spark marker too: -m "not spark" leaves the Spark block out as well.
+        [
+            pytest.param(b, id=b.id, marks=[pytest.mark.spark] if "spark" in b.needs() else [])
+            for b in ON_THE_SERVER
+        ],
+    )
+    def test_readme_block_runs_as_printed(self, block: Block, clone: Path, readme_server) -> None:
+        assert_ran(block, run_block(block, clone))
+
+    def test_the_try_it_block_gets_the_item_back(self, clone: Path, readme_server) -> None:
+        (try_it,) = [b for b in RUN if "printf" in b.code and "nc " in b.code]
+        done = run_block(try_it, clone)
+        assert "STORED\nVALUE q 0 5\nhello\nEND\n" in done.stdout  # text mode: \r\n as \n
+
+
+# Defined only where a Docker block can run: an empty parameter set would be a skip.
+if IN_DOCKER:
+
+    @pytest.mark.parametrize("block", IN_DOCKER, ids=[b.id for b in IN_DOCKER])
+    def test_readme_docker_block_runs_as_printed(block: Block, clone: Path) -> None:
+        assert not _port_open(), f"127.0.0.1:{PORT} is taken: the container publishes it"
+        try:
+            assert_ran(block, run_block(block, clone))
+        finally:
+            # The block leaves its container running, as a reader's would.
+            subprocess.run(["docker", "rm", "-f", "kestreld"], capture_output=True, timeout=60)
