@@ -162,10 +162,17 @@ def shell_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory) -> Path:
-    """A folder laid out as a clone after scripts/serve's first run (.venv is this venv)."""
+    """A folder laid out as a clone after scripts/serve's first run (.venv is this venv).
+
+    Copies (ruff does not follow a symlinked folder) with their times, so that
+    scripts/_venv.sh finds the venv's install stamp newer and installs nothing."""
     where = tmp_path_factory.mktemp("clone")
     for name in CLONE_FILES:
-        (where / name).symlink_to(ROOT / name)
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.c")
+            shutil.copytree(ROOT / name, where / name, ignore=ignore, symlinks=True)
+        else:
+            shutil.copy2(ROOT / name, where / name)
     (where / ".venv").symlink_to(sys.prefix)
     return where
 
