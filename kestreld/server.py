@@ -434,8 +434,8 @@ class Server:
         self.queues.reconfigure(fresh)
         self._judge_refusals()  # the connection limits may have changed
         if needs_restart:
-            log.warning("config_reload_needs_restart", keys=needs_restart)
-        log.info("config_reloaded", source=self.config_path, needs_restart=needs_restart)
+            log.warning("config_reload_needs_restart", keys=",".join(needs_restart))
+        log.info("config_reloaded", source=self.config_path, needs_restart=",".join(needs_restart))
         return None, needs_restart
 
     def _reload_security(

@@ -135,7 +135,7 @@ class QueueCollection:
                 log.info("alias_reconfigured", alias=name, destinations=",".join(destinations))
         masked = config.masked_queues()
         if masked:
-            log.warning("queues_masked_by_aliases", queues=masked)
+            log.warning("queues_masked_by_aliases", queues=",".join(masked))
 
     # --- lookup ---------------------------------------------------------------------------
 
