@@ -55,6 +55,9 @@ CLONE_FILES = (
     "README.md",
 )
 RUNNABLE = {"sh": "sh", "bash": "sh", "python": "python"}
+#: The marks README.md may carry (this module's docstring says what each means).
+MARKS = ("serves", "needs", "is_the_suite")
+NEEDS = ("docker", "spark")
 
 
 class ReadmeBlockNotRun(UserWarning):
@@ -87,6 +90,8 @@ def _mark(text: str) -> tuple[str, str | None]:
     if found is None:
         raise ValueError(f"README.md: unreadable mark {text!r}")
     name, argument = found.groups()
+    if name not in MARKS:
+        raise ValueError(f"README.md: unknown mark {name!r} (known: {', '.join(MARKS)})")
     return name, ast.literal_eval(argument) if argument else None
 
 
@@ -112,7 +117,8 @@ def missing(need: str) -> str | None:
         base = re.search(r"^ARG BASE=(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
         assert base is not None, "Dockerfile: no ARG BASE"
         for probe in (["image", "inspect"], ["pull", "--quiet"]):
-            if subprocess.run(["docker", *probe, base[1]], capture_output=True).returncode == 0:
+            probed = subprocess.run(["docker", *probe, base[1]], capture_output=True, timeout=600)
+            if probed.returncode == 0:
                 return None
         return f"the base image {base[1]} is neither here nor pullable"
     if need == "spark":
@@ -121,7 +127,7 @@ def missing(need: str) -> str | None:
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             return "Java is not installed"
         return None
-    return f"unknown need {need!r}"
+    raise ValueError(f"README.md: unknown need {need!r} (known: {', '.join(NEEDS)})")
 
 
 BLOCKS = readme_blocks()
