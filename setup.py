@@ -7,11 +7,16 @@ Without Cython or a compiler (or with ``KESTRELD_NO_EXTENSIONS=1`` at build
 time) the install is pure Python and works the same, only slower; the server
 says so in a warning at start-up.
 
-With GCC the build is profile-guided (``KESTRELD_PGO=0`` turns it off): the
-extensions are compiled instrumented, ``scripts/build/pgo_train.py`` runs a
-real server on a loopback port with them, and they are compiled again from the
-counts.  Any failure on that way (another compiler, no loopback, a training
-error) falls back to the plain compile, never to a failed install.
+With ``KESTRELD_PGO=1`` and GCC the build is profile-guided (the image and CI ask
+for it): the extensions are compiled instrumented, ``scripts/build/pgo_train.py``
+runs a real server on a loopback port with them, and they are compiled again from
+the counts.  That takes two compiles and a training run, so a checkout's first
+``scripts/serve`` gets the plain compile.  Any failure on that way (another
+compiler, no loopback, a training error) falls back to the plain compile, never
+to a failed install.
+
+Each step prints a ``kestreld:`` line on stderr (``scripts/_venv.sh`` shows them
+while pip runs): what is being done, and each module as it is compiled.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from setuptools import setup
@@ -41,11 +48,20 @@ def _compiled_settings():
 PGO_ENV_VAR = "KESTRELD_PGO"
 
 
+def say(message: str) -> None:
+    """One progress line on stderr: pip shows it with -v, scripts/_venv.sh always."""
+    print(f"kestreld: {message}", file=sys.stderr, flush=True)
+
+
 class OptionalBuildExt(build_ext):
     """A failed compile is a warning and a pure-Python install, never a failed install."""
 
-    #: Compile and link flags the profile-guided build adds in its current pass.
+    #: Compile and link flags the current pass adds (-g0 plain, the profile-guided ones).
     _pgo_flags: tuple[list[str], list[str]] = ([], [])
+    #: Modules compiled in the current pass (the compiler runs one thread per core).
+    _done = 0
+    _done_lock = threading.Lock()
+    _pass_started = 0.0
 
     def finalize_options(self) -> None:
         super().finalize_options()
@@ -57,15 +73,32 @@ class OptionalBuildExt(build_ext):
             if self.extensions and self._profile_guided():
                 self._run_profile_guided()
             else:
-                super().run()
+                if self.extensions:
+                    asked = os.environ.get(PGO_ENV_VAR, "").strip()
+                    hint = "" if asked else "; KESTRELD_PGO=1 compiles it profile-guided"
+                    self._pass(f"compiling the fast path (plain{hint})")
+                if os.name == "posix":
+                    # No debug info: a third less compile time, the same machine code.
+                    self._pgo_flags = (["-g0"], [])
+                try:
+                    super().run()
+                finally:
+                    self._pgo_flags = ([], [])
         except Exception as e:  # noqa: BLE001 - no compiler, no headers: fall back
             self._skip(e)
 
     # --- the profile-guided build ------------------------------------------------------
 
+    def _pass(self, what: str) -> None:
+        """Announce a compile pass over every extension."""
+        self._done = 0
+        self._pass_started = time.monotonic()
+        jobs = self.parallel if isinstance(self.parallel, int) and self.parallel > 1 else 1
+        say(f"{what}: {len(self.extensions)} modules, {jobs} at a time")
+
     def _profile_guided(self) -> bool:
-        """GCC on Linux, and not turned off."""
-        if os.environ.get(PGO_ENV_VAR, "").strip() == "0" or not sys.platform.startswith("linux"):
+        """Asked for (KESTRELD_PGO=1), with GCC on Linux."""
+        if os.environ.get(PGO_ENV_VAR, "").strip() != "1" or not sys.platform.startswith("linux"):
             return False
         cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
         try:
@@ -87,8 +120,12 @@ class OptionalBuildExt(build_ext):
             self._pgo_flags = ([generate, "-fprofile-update=atomic"], [generate])
             compiler = self.compiler  # the option: run() replaces it with the compiler it made
             self.force = True  # an up-to-date plain build is not instrumented
+            self._pass("profile-guided build, 1/3: compiling the fast path instrumented")
             super().run()
+            say("profile-guided build, 2/3: training (a real server on a loopback port)")
+            started = time.monotonic()
             trained = self._train()
+            say(f"training done in {time.monotonic() - started:.0f} s")
             # The counts are files the instrumented modules write when the server exits.
             if trained and not any(Path(profile_dir).rglob("*.gcda")):
                 print("kestreld: the training run left no counts; plain compile", file=sys.stderr)
@@ -101,6 +138,8 @@ class OptionalBuildExt(build_ext):
             ]
             self._pgo_flags = (use, []) if trained else ([], [])
             self.compiler = compiler  # compile again, from the counts
+            how = "from the profile" if trained else "plain"
+            self._pass(f"profile-guided build, 3/3: compiling the fast path {how}")
             super().run()
         finally:
             self._pgo_flags = ([], [])
@@ -162,10 +201,15 @@ class OptionalBuildExt(build_ext):
             except Exception as e:  # noqa: BLE001
                 if not compile_args:
                     raise
-                # An instrumented or profile-guided module is never what a failure leaves.
+                # An instrumented or profile-guided module is never what a failure leaves
+                # (nor one a flag broke).
                 print(f"kestreld: {ext.name}: {e}; plain compile", file=sys.stderr)
                 ext.extra_compile_args, ext.extra_link_args = base
                 super().build_extension(ext)
+            with self._done_lock:
+                self._done += 1
+                took = time.monotonic() - self._pass_started
+                say(f"  [{self._done}/{len(self.extensions)}] {ext.name} ({took:.0f} s)")
         except Exception as e:  # noqa: BLE001
             self._skip(e, ext.name)
         finally:
@@ -180,6 +224,15 @@ class OptionalBuildExt(build_ext):
         )
 
 
+def _stale_c(source: str) -> bool:
+    """True when Cython will (re)write the C file of ``source`` (a ``.py`` beside a ``.pxd``)."""
+    py = HERE / source
+    c = py.with_suffix(".c")
+    if not c.exists():
+        return True
+    return max(py.stat().st_mtime, py.with_suffix(".pxd").stat().st_mtime) > c.stat().st_mtime
+
+
 def extensions() -> list:
     settings = _compiled_settings()
     if os.environ.get(settings["ENV_VAR"], "").strip() not in ("", "0"):
@@ -190,8 +243,13 @@ def extensions() -> list:
         print("kestreld: Cython is not installed; pure-Python install", file=sys.stderr)
         return []
     sources = [str(Path(*name.split("."))) + ".py" for name in settings["MODULES"]]
+    stale = sum(map(_stale_c, sources))
+    if stale:
+        # pip runs this file several times per install: only the run that translates says so.
+        say(f"translating {stale} modules to C (Cython), {os.cpu_count() or 1} at a time")
+    started = time.monotonic()
     try:
-        return cythonize(
+        modules = cythonize(
             sources,
             language_level=3,
             quiet=True,
@@ -204,10 +262,14 @@ def extensions() -> list:
                 # A None where a typed object belongs is an exception, never a crash.
                 "nonecheck": True,
             },
+            nthreads=os.cpu_count() or 1,
         )
     except Exception as e:  # noqa: BLE001 - a Cython error must not break the install
         print(f"kestreld: Cython failed ({e}); pure-Python install", file=sys.stderr)
         return []
+    if stale:
+        say(f"translated in {time.monotonic() - started:.0f} s")
+    return modules
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

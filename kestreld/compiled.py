@@ -176,13 +176,14 @@ def report_implementation(log: Any) -> None:
         log.warning(
             "compiled_implementation_stale",
             implementation=PYTHON,
-            modules=stale,
-            hint="the sources changed after the build: pip install -e . rebuilds",
+            modules=",".join(stale),
+            hint=f"the sources changed after the build: {sys.executable} setup.py build_ext "
+            "--inplace (in the checkout) rebuilds them",
         )
     else:
         log.warning(
             "compiled_implementation_unavailable",
             implementation=PYTHON,
-            modules=missing,
+            modules=",".join(missing),
             hint="install with a C compiler and the Python headers present to compile them",
         )

@@ -20,6 +20,7 @@ from kestreld import __version__
 from kestreld.compiled import implementation, profile_guided, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import alias_dump_lines
+from kestreld.extras import install_command
 from kestreld.frontends.memcache.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
 from kestreld.frontends.memcache.connection import MemcacheConnection
@@ -302,7 +303,7 @@ class Server:
             )
         except ImportError as e:
             raise StartupError(
-                f"[zookeeper] needs the kazoo library ({e}); install kestreld[zookeeper]"
+                f"[zookeeper] needs the kazoo library ({e}): {install_command('zookeeper')}"
             ) from None
         zk = self.config.zookeeper
         assert zk is not None
@@ -435,8 +436,8 @@ class Server:
         self.queues.reconfigure(fresh)
         self._judge_refusals()  # the connection limits may have changed
         if needs_restart:
-            log.warning("config_reload_needs_restart", keys=needs_restart)
-        log.info("config_reloaded", source=self.config_path, needs_restart=needs_restart)
+            log.warning("config_reload_needs_restart", keys=",".join(needs_restart))
+        log.info("config_reloaded", source=self.config_path, needs_restart=",".join(needs_restart))
         return None, needs_restart
 
     def _reload_security(

@@ -196,7 +196,7 @@ def test_an_alias_named_like_a_configured_queue_masks_it_with_a_warning(make_ser
     srv = make_server(
         '[queues.jobs]\nmax_items = 10\n[aliases.jobs]\ndestination_queues = ["j1", "j2"]\n'
     )
-    assert srv.events("queues_masked_by_aliases")[0]["queues"] == ["jobs"]
+    assert srv.events("queues_masked_by_aliases")[0]["queues"] == "jobs"
     c = Conn(srv.connect())
     assert c.set("jobs", "x") == b"STORED"
     assert c.get("jobs") is None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from kestreld.compiled import implementation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,3 +126,25 @@ def test_it_warns_that_an_auth_file_without_client_certificates_shuts_the_thrift
     result = check(str(conf))
     assert result.returncode == 0, result.stderr
     assert "thrift port refuses" not in result.stdout + result.stderr
+
+
+def test_settings_left_to_the_build_show_the_value_the_server_will_use(tmp_path):
+    config = tmp_path / "k.conf"
+    config.write_text(f'queue_path = "{tmp_path / "q"}"\n')
+    compiled = sections(check(str(config)).stdout)["server"]
+    plain = sections(check_plain(str(config)).stdout)["server"]
+    if implementation() == "compiled":
+        assert compiled["busy_poll_us"] == "30 (compiled build's default)"
+    assert plain["busy_poll_us"] == "0 (plain Python build's default)"
+    assert compiled["status_file"] == f"{tmp_path / 'q' / '.kestreld-status'} (in queue_path)"
+
+
+def check_plain(*args: str) -> subprocess.CompletedProcess:
+    """``check`` on the plain Python of the compiled modules."""
+    return subprocess.run(
+        [sys.executable, "-m", "kestreld", "--check-config", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KESTRELD_NO_EXTENSIONS": "1"},
+    )

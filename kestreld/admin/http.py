@@ -223,7 +223,7 @@ class AdminServer:
         log.info(
             "metrics_listening",
             address=f"{sock[0]}:{sock[1]}",
-            paths=["/", "/metrics", "/stats.json", "/ping", "/server_info"],
+            paths="/,/metrics,/stats.json,/ping,/server_info",
             tls=tls is not None,
         )
         if not self._loopback_only and not config.admin_token:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import structlog
 
 from kestreld.cluster.member import MEMBER_PREFIX, parse_member
+from kestreld.extras import install_command
 
 log = structlog.get_logger("kestreld.client")
 
@@ -84,7 +85,7 @@ class Discovery:
             from kestreld.cluster.session import ZooKeeperSession
         except ImportError:
             raise ImportError(
-                "following ZooKeeper server sets needs kazoo: pip install 'kestreld[zookeeper]'"
+                f"following ZooKeeper server sets needs kazoo: {install_command('zookeeper')}"
             ) from None
         self.hosts = hosts
         self.path_prefix = path_prefix.rstrip("/")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kestreld.config.kestrel import hint as kestrel_hint
+from kestreld.extras import install_command
 from kestreld.names import split_queue_name
 
 KiB = 1024
@@ -305,7 +306,7 @@ def _zookeeper_config(raw: Any) -> ZooKeeperConfig:
     if importlib.util.find_spec("kazoo") is None:
         raise ConfigError(
             "zookeeper: needs the kazoo library, which is not installed; "
-            "install kestreld[zookeeper] (pip install 'kestreld[zookeeper]')"
+            f"install kestreld[zookeeper] ({install_command('zookeeper')})"
         )
     return ZooKeeperConfig(**values)
 

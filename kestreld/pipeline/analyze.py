@@ -217,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return _usage_error("needs Spark: pip install 'kestreld[spark]' (and Java 17+)")
+        from kestreld.extras import install_command
+
+        return _usage_error(f"needs Spark: {install_command('spark')} (and Java 17+)")
     from pyspark.sql import SparkSession
 
     from kestreld.pipeline.listing import list_journal_files

@@ -107,11 +107,12 @@ class QueueCollection:
             for warning in queue.open(found.queues.get(name), configured.get(name, [])):
                 log.warning("journal_repaired", queue=name, problem=warning)
             self._adopt(queue)
-            log.info(
-                "queue_loaded",
-                queue=name,
-                items={r.full_name: r.items for r in queue.readers.values()},
-            )
+            # Flat fields, one event per reader: a fanout_only queue keeps no items itself.
+            default = queue.readers.get("")
+            log.info("queue_loaded", queue=name, items=default.items if default else 0)
+            for rname, reader in queue.readers.items():
+                if rname:
+                    log.info("reader_loaded", queue=name, reader=rname, items=reader.items)
 
     def _adopt(self, queue: JournaledQueue) -> None:
         self.queues[queue.name] = queue
@@ -129,13 +130,13 @@ class QueueCollection:
             alias = self.aliases.get(name)
             if alias is None:
                 self.aliases[name] = AliasedQueue(name, destinations)
-                log.info("alias_created", alias=name, destinations=list(destinations))
+                log.info("alias_created", alias=name, destinations=",".join(destinations))
             elif alias.destinations != destinations:
                 alias.reconfigure(destinations)
-                log.info("alias_reconfigured", alias=name, destinations=list(destinations))
+                log.info("alias_reconfigured", alias=name, destinations=",".join(destinations))
         masked = config.masked_queues()
         if masked:
-            log.warning("queues_masked_by_aliases", queues=masked)
+            log.warning("queues_masked_by_aliases", queues=",".join(masked))
 
     # --- lookup ---------------------------------------------------------------------------
 

@@ -19,6 +19,9 @@ from typing import Any
 
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import SERVER_KEYS, MiB, alias_dump_lines, render_value
+from kestreld.protocol.busy_poll import COMPILED as BUSY_POLL_COMPILED
+from kestreld.protocol.busy_poll import DEFAULT_LIMIT_US
+from kestreld.state import default_status_file
 
 
 def effective_config(path: str, overrides: dict[str, Any]) -> ServerConfig:
@@ -35,9 +38,13 @@ def render(config: ServerConfig) -> str:
         value = getattr(config, key)
         if key == "metrics_address" and value is None and config.metrics_port is not None:
             value = config.listen_address  # what the endpoint binds when unset
+        elif key == "busy_poll_us" and value is None:
+            value = DEFAULT_LIMIT_US  # the build's default: what the server will poll
+        elif key == "status_file" and value is None:
+            value = default_status_file(config.queue_path)
         if key == "admin_token" and value is not None:
             value = "(set)"  # a secret: never printed
-        lines.append(f"  {key}={render_value(key, value)}")
+        lines.append(f"  {key}={render_value(key, value)}{_unset_note(config, key, value)}")
     lines.append("}")
     if config.zookeeper is not None:
         lines.append("zookeeper {")
@@ -61,6 +68,17 @@ def render(config: ServerConfig) -> str:
         lines.extend("  " + line for line in alias_dump_lines(config.aliases[name]))
         lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _unset_note(config: ServerConfig, key: str, value: Any) -> str:
+    """Why a value the file left out is what it is, where it depends on more than the key."""
+    if getattr(config, key) is not None or value is None:
+        return ""
+    if key == "busy_poll_us":
+        return f" ({'compiled' if BUSY_POLL_COMPILED else 'plain Python'} build's default)"
+    if key == "status_file":
+        return " (in queue_path)"
+    return ""
 
 
 ZOOKEEPER_RENDERED = (
