@@ -15,7 +15,8 @@ carries ``client`` and ``session`` (``queue_created``, ``queue_deleted``,
 clients).  So every front end on the session layer gets the trace.
 
 Events: ``session_started`` (session, client) and ``session_ended`` (session, client,
-seconds, commands: {word: count}, items_taken, open_reads_given_back).
+seconds, commands: ``word=count`` pairs joined by commas, in word order, items_taken,
+open_reads_given_back): flat fields, as every event.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class TracedSession:
             session=self.id,
             client=self.client,
             seconds=round(time.monotonic() - self.started, 3),
-            commands=self.commands,
+            commands=",".join(f"{word}={n}" for word, n in sorted(self.commands.items())),
             items_taken=self.items_taken,
             open_reads_given_back=open_reads_given_back,
         )
