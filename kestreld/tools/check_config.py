@@ -19,8 +19,8 @@ from typing import Any
 
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import SERVER_KEYS, MiB, alias_dump_lines, render_value
-from kestreld.protocol.busy_poll import COMPILED as BUSY_POLL_COMPILED
-from kestreld.protocol.busy_poll import DEFAULT_LIMIT_US
+from kestreld.loop.busy_poll import COMPILED as BUSY_POLL_COMPILED
+from kestreld.loop.busy_poll import DEFAULT_LIMIT_US
 from kestreld.state import default_status_file
 
 
