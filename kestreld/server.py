@@ -28,6 +28,7 @@ from kestreld.protocol.commands import COMMANDS, UNKNOWN
 from kestreld.protocol.connection import MemcacheConnection
 from kestreld.protocol.text import TextConnection
 from kestreld.protocol.thrift import ThriftConnection
+from kestreld.queues import heap
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.security import (
     Authenticator,
@@ -684,6 +685,7 @@ def run_server(config_path: str | None, overrides: dict[str, Any]) -> int:
         return 2
     configure_logging(config.log_format, config.log_level)
     report_implementation(log)
+    heap.configure()
     try:
         import uvloop
     except ImportError:  # pragma: no cover
