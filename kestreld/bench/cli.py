@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import sys
 import time
@@ -166,12 +167,41 @@ def build_parser() -> argparse.ArgumentParser:
         "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
         "  kestreld bench flood --reliable -p 50 -c 50\n"
         "  kestreld bench compare --markdown-file BENCHMARKS-table.md\n"
-        "  kestreld bench backlog --size 1GiB --max-memory 16MiB",
+        "  kestreld bench backlog --size 1GiB --max-memory 16MiB\n"
+        "  kestreld bench darner-suite --darner ~/darner/build/darner\n"
+        "  kestreld bench queues 1000 10000",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     add_workload_parsers(sub)
     add_compare_parser(sub)
     add_backlog_parser(sub)
+    p = sub.add_parser(
+        "darner-suite",
+        help="Darner's own suite: flood, packing, memory, fairness, hang-ups",
+        description="Darner's bench/*.sh scenarios with a client doing what its db does, "
+        "against kestreld and, with --darner (or $DARNER_BIN), Darner; prints the table.",
+    )
+    p.add_argument("--darner", metavar="PATH", help="a Darner binary to run beside kestreld")
+    p.add_argument(
+        "--scale", type=float, default=1.0, help="Darner's item counts times this (default: 1)"
+    )
+    p.add_argument(
+        "--connections",
+        default="1,10,100,1000,4000",
+        help="the flood's connection counts (default: 1,10,100,1000,4000)",
+    )
+    p.add_argument("--procs", type=int, default=2, help="client processes (default: 2)")
+    p.add_argument("--workdir", default=None, help="where queue folders are created")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p = sub.add_parser(
+        "queues",
+        help="what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
+        description="N queues get 10 items of 100 B each, then sit idle; one row per N.",
+    )
+    p.add_argument("counts", type=int, nargs="+", metavar="N", help="numbers of queues")
+    p.add_argument("--idle-seconds", type=float, default=5.0, help="idle CPU window (default: 5)")
+    p.add_argument("--workdir", default=None, help="where queue folders are created")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     return parser
 
 
@@ -609,6 +639,51 @@ def cmd_backlog(args: argparse.Namespace) -> int:
     return 1 if "FAILED" in b["check"] else 0
 
 
+def raise_open_file_limit() -> None:
+    """Thousands of connections or queues: the soft limit up to the hard one (the servers
+    started from here inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def cmd_darner_suite(args: argparse.Namespace) -> int:
+    from kestreld.bench.darner_suite import SuiteSizes, run_suite, suite_rows
+    from kestreld.bench.servers import DarnerServer, KestreldServer, darner_path
+
+    raise_open_file_limit()
+    sizes = SuiteSizes(args.scale, tuple(int(c) for c in args.connections.split(",")))
+    starts = {"kestreld": lambda: KestreldServer(workdir=args.workdir)}
+    darner = darner_path(args.darner)
+    if darner:
+        starts["Darner"] = lambda: DarnerServer(darner, workdir=args.workdir)
+    elif args.darner:
+        log(f"darner-suite: no Darner binary at {args.darner!r}: kestreld only")
+    figures = {}
+    for name, start in starts.items():
+        log(f"darner-suite: {name}")
+        figures[name] = run_suite(start, sizes, args.procs, log)
+    header, *rows = suite_rows(figures, sizes)
+    table = report.markdown_table if args.markdown else report.text_table
+    print(f"machine: {machine_description()}")
+    print(table(header, rows))
+    return 0 if all(f.alive for f in figures.values()) else 1
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    from kestreld.bench.many_queues import QUEUES_HEADER, queues_row, run_queues
+
+    raise_open_file_limit()
+    rows = [
+        queues_row(run_queues(n, idle_seconds=args.idle_seconds, workdir=args.workdir, log=log))
+        for n in args.counts
+    ]
+    table = report.markdown_table if args.markdown else report.text_table
+    print(f"machine: {machine_description()}")
+    print(table(QUEUES_HEADER, rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -617,6 +692,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_compare(args)
     if args.command == "backlog":
         return cmd_backlog(args)
+    if args.command == "darner-suite":
+        return cmd_darner_suite(args)
+    if args.command == "queues":
+        return cmd_queues(args)
     return cmd_workload(args)
 
 
