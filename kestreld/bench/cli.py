@@ -562,41 +562,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     machine["loadavg"] = machine.pop("loadavg")
     targets = report.evaluate(rows, backlog)
     command = "kestreld bench " + " ".join(shlex.quote(a) for a in args.argv)
+
+    def tables(markdown: bool) -> list[str]:
+        out = [report.compare_table(rows, markdown)]
+        if report.has_darner(rows):
+            out.append(report.darner_table(rows, markdown))
+        if backlog:
+            out.append(report.table(("backlog", "figure"), backlog_lines(backlog), markdown))
+        return [*out, report.targets_table(targets, markdown)]
+
     print()
     if placement:
-        print(f"Placement: {placement}")
-        print()
-    print(report.compare_table(rows, args.markdown))
-    if report.has_darner(rows):
-        print()
-        print(report.darner_table(rows, args.markdown))
-    if backlog:
-        print()
-        for k, v in backlog_lines(backlog):
-            print(f"{k:62} {v}")
-    print()
-    print(report.targets_table(targets, args.markdown))
+        print(f"Placement: {placement}\n")
+    print("\n\n".join(tables(args.markdown)))
     if args.markdown_file:
-        md = [
-            f"Run {started}: `{command}`",
-            "",
-            "Machine:",
-            *report.machine_lines(machine),
-            "",
-            report.compare_table(rows, True),
-            "",
-        ]
-        if report.has_darner(rows):
-            md += [report.darner_table(rows, True), ""]
-        if backlog:
-            md += [
-                report.markdown_table(
-                    ("backlog", "figure"), [list(x) for x in backlog_lines(backlog)]
-                ),
-                "",
-            ]
-        md += [report.targets_table(targets, True), ""]
-        Path(args.markdown_file).write_text("\n".join(md))
+        head = [f"Run {started}: `{command}`", "", "Machine:", *report.machine_lines(machine)]
+        Path(args.markdown_file).write_text("\n\n".join(["\n".join(head), *tables(True)]) + "\n")
         log(f"wrote {args.markdown_file}")
     if args.json:
         write_json(
@@ -664,9 +645,8 @@ def cmd_darner_suite(args: argparse.Namespace) -> int:
         log(f"darner-suite: {name}")
         figures[name] = run_suite(start, sizes, args.procs, log)
     header, *rows = suite_rows(figures, sizes)
-    table = report.markdown_table if args.markdown else report.text_table
     print(f"machine: {machine_description()}")
-    print(table(header, rows))
+    print(report.table(header, rows, args.markdown))
     return 0 if all(f.alive for f in figures.values()) else 1
 
 
@@ -678,9 +658,8 @@ def cmd_queues(args: argparse.Namespace) -> int:
         queues_row(run_queues(n, idle_seconds=args.idle_seconds, workdir=args.workdir, log=log))
         for n in args.counts
     ]
-    table = report.markdown_table if args.markdown else report.text_table
     print(f"machine: {machine_description()}")
-    print(table(QUEUES_HEADER, rows))
+    print(report.table(QUEUES_HEADER, rows, args.markdown))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kestreld.bench.workloads import Row
@@ -79,7 +80,7 @@ def row_cells(row: Row) -> list[str]:
     ]
 
 
-def text_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
@@ -89,15 +90,19 @@ def text_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> st
     return "\n".join(lines)
 
 
-def markdown_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool = False) -> str:
+    return markdown_table(header, rows) if markdown else text_table(header, rows)
+
+
 def rows_table(rows: list[Row], markdown: bool = False) -> str:
     cells = [row_cells(r) for r in rows]
-    return markdown_table(ROW_COLUMNS, cells) if markdown else text_table(ROW_COLUMNS, cells)
+    return table(ROW_COLUMNS, cells, markdown)
 
 
 # --- side by side ------------------------------------------------------------------------------------
@@ -161,9 +166,7 @@ def compare_cells(k: Row | None, m: Row | None) -> list[str]:
 
 def compare_table(rows: list[Row], markdown: bool = False) -> str:
     cells = [compare_cells(k, m) for k, m in pair_rows(rows)]
-    return (
-        markdown_table(COMPARE_COLUMNS, cells) if markdown else text_table(COMPARE_COLUMNS, cells)
-    )
+    return table(COMPARE_COLUMNS, cells, markdown)
 
 
 # --- three servers: kestreld, Darner, memcached -----------------------------------------------------
@@ -219,7 +222,7 @@ def darner_table(rows: list[Row], markdown: bool = False) -> str:
                 + (f"; Darner {d.errors} errors: {d.error_samples[:2]}" if d.errors else ""),
             ]
         )
-    return markdown_table(DARNER_COLUMNS, cells) if markdown else text_table(DARNER_COLUMNS, cells)
+    return table(DARNER_COLUMNS, cells, markdown)
 
 
 #: issue 28: kestreld's server CPU per item at or below Darner's, on these rows.
@@ -374,7 +377,7 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
 
 def targets_table(targets: list[Target], markdown: bool = False) -> str:
     cells = [t.cells() for t in targets]
-    return markdown_table(TARGET_COLUMNS, cells) if markdown else text_table(TARGET_COLUMNS, cells)
+    return table(TARGET_COLUMNS, cells, markdown)
 
 
 def machine_lines(machine: dict[str, str]) -> list[str]:
