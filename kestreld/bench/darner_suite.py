@@ -14,8 +14,9 @@ import multiprocessing as mp
 import selectors
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kestreld.bench.servers import rss
 
@@ -153,7 +154,6 @@ class SuiteFigures:
     drained_rss: dict[int, float] = field(default_factory=dict)  # items grown and drained -> MiB
     idle_rss: float = 0.0
     backlog_rss: float = 0.0
-    backlog_items: int = 0
     fairness: float = 0.0  # 64 B sets/s beside a flood of 8 MiB items
     hangups: float = 0.0
     alive: bool = False
@@ -178,73 +178,72 @@ class SuiteSizes:
         return (self.n(131_072), self.n(524_048))
 
 
+def _flood(port: int, pid: int, sizes: SuiteSizes, procs: int, f: SuiteFigures) -> None:
+    """flood.sh: 64 B sets and gets at each number of connections."""
+    db(port, sizes.n(100_000), sizes.n(100_000), procs=procs)  # the warm-up every script does
+    db(port, 512, 0, conns=1)  # a few items, so that a get always finds one
+    for c in sizes.connections:
+        f.flood[c] = db(port, sizes.n(100_000), sizes.n(100_000), conns=c, procs=procs)
+
+
+def _packing(port: int, pid: int, sizes: SuiteSizes, procs: int, f: SuiteFigures) -> None:
+    """packing.sh: sets and gets of 1 KiB after growing the queue."""
+    grown = 0
+    for items in sizes.packing:
+        db(port, items - grown, 0, size=1024, procs=procs)
+        grown = items
+        f.packing[items] = db(port, sizes.n(100_000), sizes.n(100_000), size=1024, procs=procs)
+
+
+def _memory(port: int, pid: int, sizes: SuiteSizes, procs: int, f: SuiteFigures) -> None:
+    """mem_rss.sh: VmRSS after growing the queue and draining it, one size after the other;
+    then with a backlog."""
+    time.sleep(1)
+    f.idle_rss = rss(pid) / MiB
+    for items in sizes.drained:
+        db(port, items, 0, size=1024, procs=procs)
+        db(port, 0, items, size=1024, procs=procs)
+        f.drained_rss[items] = rss(pid) / MiB
+    db(port, sizes.n(1_048_576), 0, size=1024, procs=procs)
+    f.backlog_rss = rss(pid) / MiB
+
+
+def _fairness(port: int, pid: int, sizes: SuiteSizes, procs: int, f: SuiteFigures) -> None:
+    """fairness.sh: 64 B sets on 10 connections while one floods 8 MiB items; then Darner's
+    bad clients (db -b 3): one request in three cut in half and its connection hung up."""
+    flood = mp.get_context("fork").Process(
+        target=_flood_large, args=(port, sizes.n(100_000)), daemon=True
+    )
+    flood.start()
+    time.sleep(0.5)
+    f.fairness = db(port, sizes.n(100_000), 0, procs=1)
+    flood.terminate()
+    flood.join()
+    f.hangups = db(port, sizes.n(100_000), sizes.n(100_000), bad=3, procs=procs)
+    f.alive = _alive(port)
+
+
+SCENARIOS = {"flood": _flood, "packing": _packing, "memory": _memory, "fairness": _fairness}
+
+
 def run_suite(
-    start_server: Callable[[], object], sizes: SuiteSizes, procs: int, log: Callable[[str], None]
+    start_server: Callable[[], Any],
+    sizes: SuiteSizes,
+    procs: int,
+    log: Callable[[str], None],
+    scenarios: Iterable[str] = SCENARIOS,
 ) -> SuiteFigures:
-    """Every scenario against fresh servers from ``start_server()`` (an object with ``port``,
-    ``pid`` and ``stop()``), as Darner's scripts run them."""
+    """The scenarios, each against a fresh server from ``start_server()`` (``start()``,
+    ``port``, ``pid``, ``stop()``), as Darner's scripts run them."""
     f = SuiteFigures()
-    n = sizes.n
-
-    def fresh() -> object:
+    for name in scenarios:
         server = start_server()
-        server.start()  # type: ignore[attr-defined]
-        return server
-
-    server = fresh()
-    try:
-        port = server.port  # type: ignore[attr-defined]
-        db(port, n(100_000), n(100_000), procs=procs)  # warm-up, as every script does
-        db(port, 512, 0, conns=1)  # a few items, so that a get always finds one
-        for c in sizes.connections:
-            f.flood[c] = db(port, n(100_000), n(100_000), conns=c, procs=procs)
-            log(f"flood 64 B, {c} conns: {f.flood[c]:,.0f} req/s")
-    finally:
-        server.stop()  # type: ignore[attr-defined]
-    server = fresh()
-    try:
-        port = server.port  # type: ignore[attr-defined]
-        grown = 0
-        for items in sizes.packing:
-            db(port, items - grown, 0, size=1024, procs=procs)
-            grown = items
-            f.packing[items] = db(port, n(100_000), n(100_000), size=1024, procs=procs)
-            log(f"packing after {items:,} items: {f.packing[items]:,.0f} req/s")
-    finally:
-        server.stop()  # type: ignore[attr-defined]
-    server = fresh()
-    try:
-        port, pid = server.port, server.pid  # type: ignore[attr-defined]
-        time.sleep(1)
-        f.idle_rss = rss(pid) / MiB
-        for items in sizes.drained:  # mem_rss.sh: grow, drain, read VmRSS
-            db(port, items, 0, size=1024, procs=procs)
-            db(port, 0, items, size=1024, procs=procs)
-            f.drained_rss[items] = rss(pid) / MiB
-            log(f"RSS after {items:,} items grown and drained: {f.drained_rss[items]:.1f} MiB")
-        f.backlog_items = n(1_048_576)
-        db(port, f.backlog_items, 0, size=1024, procs=procs)
-        f.backlog_rss = rss(pid) / MiB
-        log(f"RSS with {f.backlog_items:,} items queued: {f.backlog_rss:.1f} MiB")
-    finally:
-        server.stop()  # type: ignore[attr-defined]
-    server = fresh()
-    try:
-        port = server.port  # type: ignore[attr-defined]
-        flood = mp.get_context("fork").Process(
-            target=_flood_large, args=(port, n(100_000)), daemon=True
-        )
-        flood.start()
-        time.sleep(0.5)
-        f.fairness = db(port, n(100_000), 0, procs=1)
-        flood.terminate()
-        flood.join()
-        log(f"fairness: {f.fairness:,.0f} sets/s of 64 B beside 8 MiB items")
-        f.hangups = db(port, n(100_000), n(100_000), conns=10, bad=3, procs=procs)
-        f.alive = _alive(port)
-        log(f"1 in 3 clients hang up: {f.hangups:,.0f} req/s, alive: {f.alive}")
-    finally:
-        server.stop()  # type: ignore[attr-defined]
+        server.start()
+        try:
+            SCENARIOS[name](server.port, server.pid, sizes, procs, f)
+        finally:
+            server.stop()
+        log(f"{name}: {f}")
     return f
 
 
@@ -273,7 +272,7 @@ def suite_rows(figures: dict[str, SuiteFigures], sizes: SuiteSizes) -> list[list
         return [label, *(cell(figures[name]) for name in names)]
 
     def rates(values: list[float]) -> str:
-        return " / ".join(f"{v / 1000:.1f}k" for v in values)
+        return " / ".join(f"{v / 1000:.1f}k" for v in values if v) or "-"
 
     conns = " / ".join(f"{c:,}" for c in sizes.connections)
     packing = " / ".join(f"{i:,}" for i in sizes.packing)
@@ -296,11 +295,18 @@ def suite_rows(figures: dict[str, SuiteFigures], sizes: SuiteSizes) -> list[list
             lambda f: (
                 " / ".join(f"{v:.0f}" for v in f.drained_rss.values())
                 + f" MiB (idle {f.idle_rss:.0f})"
+                if f.drained_rss
+                else "-"
             ),
         ),
-        row(f"resident memory with {backlog:,} items queued", lambda f: f"{f.backlog_rss:.0f} MiB"),
+        row(
+            f"resident memory with {backlog:,} items queued",
+            lambda f: f"{f.backlog_rss:.0f} MiB" if f.backlog_rss else "-",
+        ),
         row(
             "1 in 3 clients hang up mid-request (req/s, server alive)",
-            lambda f: f"{rates([f.hangups])}, {'alive' if f.alive else 'DEAD'}",
+            lambda f: (
+                f"{rates([f.hangups])}, {'alive' if f.alive else 'DEAD'}" if f.hangups else "-"
+            ),
         ),
     ]
