@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+DEFAULT = "%s (default: %%(default)s)"
+
+
 def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
     """One command per workload: put-many, get-drain, flood, leaky-reader, fanout, many-clients."""
     p = sub.add_parser(
@@ -218,11 +221,10 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         description="C connections each store their share of N items into one queue "
         "(memcached: distinct keys). Kestrel's put-many.",
     )
-    p.add_argument("-c", "--connections", type=int, default=10, help="connections (default: 10)")
+    p.add_argument("-c", "--connections", type=int, default=10, help=DEFAULT % "connections")
     p.add_argument(
         "--sync-journal",
         type=int,
-        default=None,
         help="kestreld sync_journal; 0 = STORED only after fsync (group commit)",
     )
     item_args(p, items=100_000)
@@ -235,7 +237,7 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "then get until it is empty (memcached: get the prefilled keys). Each id must "
         "arrive exactly once; what a time-bounded run leaves is drained and counted after.",
     )
-    p.add_argument("-c", "--connections", type=int, default=10, help="connections (default: 10)")
+    p.add_argument("-c", "--connections", type=int, default=10, help=DEFAULT % "connections")
     p.add_argument(
         "--reliable",
         action="store_true",
@@ -251,18 +253,13 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "or with --reliable the open/close loop get q/close/open/t=ms. Checks every item "
         "arrives exactly once. memcached: set k + get k per item.",
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
-    )
-    p.add_argument(
-        "-c", "--consumers", type=int, default=1, help="consumer connections (default: 1)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
+    p.add_argument("-c", "--consumers", type=int, default=1, help=DEFAULT % "consumer connections")
     p.add_argument("--reliable", action="store_true", help="consumers use get q/close/open")
-    p.add_argument("--wait-ms", type=int, default=100, help="consumers' /t= (default: 100)")
+    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "consumers' /t=")
     p.add_argument(
         "--sync-journal",
         type=int,
-        default=None,
         help="kestreld sync_journal; 0 = STORED and confirms only after fsync (group commit)",
     )
     item_args(p, items=100_000)
@@ -275,17 +272,13 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "is given back with /abort at --abort-rate, or its connection is dropped at "
         "--drop-rate; every item must still be confirmed exactly once. kestreld only.",
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
-    )
-    p.add_argument(
-        "-c", "--consumers", type=int, default=10, help="reader connections (default: 10)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
+    p.add_argument("-c", "--consumers", type=int, default=10, help=DEFAULT % "reader connections")
     p.add_argument(
         "--abort-rate", type=float, default=0.02, help="fraction aborted (default: 0.02)"
     )
     p.add_argument("--drop-rate", type=float, default=0.01, help="fraction dropped (default: 0.01)")
-    p.add_argument("--wait-ms", type=int, default=100, help="readers' /t= (default: 100)")
+    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "readers' /t=")
     item_args(p, items=20_000)
     common(p)
 
@@ -295,11 +288,9 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         description="Queue 'fan' (fanout_only) with readers fan+r1..rR; P producers store N "
         "items, each reader must get every one exactly once. memcached: set k + R x get k.",
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=10, help="producer connections (default: 10)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=10, help=DEFAULT % "producer connections")
     p.add_argument("-r", "--readers", type=int, default=3, help="fanout readers (default: 3)")
-    p.add_argument("--wait-ms", type=int, default=100, help="readers' /t= (default: 100)")
+    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "readers' /t=")
     item_args(p, items=100_000, depth=16)
     common(p)
 
@@ -311,11 +302,9 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "reader. kestreld only.",
     )
     p.add_argument(
-        "-c", "--consumers", type=int, default=1000, help="waiting connections (default: 1000)"
+        "-c", "--consumers", type=int, default=1000, help=DEFAULT % "waiting connections"
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
     p.add_argument(
         "--rate",
         type=float,

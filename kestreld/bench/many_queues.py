@@ -46,7 +46,10 @@ def run_queues(
             for first in range(0, n, 100):  # 100 queues' sets a round trip
                 queues = range(first, min(n, first + 100))
                 request = b"".join(set_one % q for q in queues for _ in range(items))
-                _exchange(sock, request, b"STORED\r\n", len(queues) * items)
+                replies = _exchange(sock, request, b"\r\n", len(queues) * items)
+                if replies.count(b"STORED\r\n") != len(queues) * items:
+                    failed = next(r for r in replies.split(b"\r\n") if r != b"STORED")
+                    raise RuntimeError(f"queues: a set failed at q{first}: {failed[:80]!r}")
             log(f"queues: {n:,} queues of {items} items")
             time.sleep(1)
             pid = server.pid
