@@ -50,3 +50,15 @@ def test_rss_with_a_backlog_stays_near_max_memory_size(make_server):
     drain(c, "backlog", 40_960)
     assert c.get("backlog") is None
     c.close()
+
+
+def test_rss_comes_back_when_a_burst_is_flushed(make_server):
+    server = make_server()
+    c = Conn(server.connect())
+    time.sleep(0.5)
+    idle = rss(server.pid)
+    grow(c, "flushed", 49_152)
+    c.send(b"flush flushed\r\n")
+    assert c.line() == b"END"
+    assert rss(server.pid) < idle + 16 * MiB
+    c.close()
