@@ -237,13 +237,14 @@ def run_suite(
     ``port``, ``pid``, ``stop()``), as Darner's scripts run them."""
     f = SuiteFigures()
     for name in scenarios:
+        started = time.perf_counter()
         server = start_server()
         server.start()
         try:
             SCENARIOS[name](server.port, server.pid, sizes, procs, f)
         finally:
             server.stop()
-        log(f"{name}: {f}")
+        log(f"darner-suite: {name} took {time.perf_counter() - started:.0f} s")
     return f
 
 
