@@ -27,14 +27,13 @@ MiB = 1024 * 1024
 class _Session:
     """One connection of :func:`db`: a request, its reply, the next."""
 
-    __slots__ = ("sock", "buf", "want", "action", "port")
+    __slots__ = ("sock", "buf", "action", "port")
 
     def __init__(self, port: int, action: int = 0) -> None:
         self.port = port
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
-        self.want = b""  # what ends the reply awaited: b"\n" (a line) or a value's length
         self.action = action
 
 
