@@ -604,8 +604,7 @@ def cmd_backlog(args: argparse.Namespace) -> int:
     )
     machine["loadavg at end"] = machine_description()["loadavg"]
     print(f"machine: {machine}")
-    for k, v in backlog_lines(b):
-        print(f"{k:62} {v}")
+    print(report.table(("backlog", "figure"), backlog_lines(b)))
     targets = [t for t in report.evaluate([], b) if t.value is not None]
     print()
     print(report.targets_table(targets))

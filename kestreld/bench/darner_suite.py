@@ -77,6 +77,7 @@ def _db(port: int, sets: int, gets: int, size: int, conns: int, bad: int, out) -
             if not chunk:
                 errors += 1
                 sel.unregister(s.sock)
+                s.sock.close()
                 continue
             s.buf += chunk
             if not _reply_complete(s.buf):
@@ -112,26 +113,14 @@ def db(
     procs = max(1, min(procs, conns))
     ctx = mp.get_context("fork")
     out = ctx.Queue()
-    shares = [
-        (sets * i // procs, sets * (i + 1) // procs, gets * i // procs, gets * (i + 1) // procs)
-        for i in range(procs)
+
+    def part(x: int, i: int) -> int:
+        return x * (i + 1) // procs - x * i // procs
+
+    args = [
+        (port, part(sets, i), part(gets, i), size, part(conns, i), bad, out) for i in range(procs)
     ]
-    workers = [
-        ctx.Process(
-            target=_db,
-            args=(
-                port,
-                s1 - s0,
-                g1 - g0,
-                size,
-                conns * (i + 1) // procs - conns * i // procs,
-                bad,
-                out,
-            ),
-            daemon=True,
-        )
-        for i, (s0, s1, g0, g1) in enumerate(shares)
-    ]
+    workers = [ctx.Process(target=_db, args=a, daemon=True) for a in args]
     started = time.perf_counter()
     for w in workers:
         w.start()
