@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import threading
 
 #: mallopt's parameter numbers (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -42,7 +41,6 @@ def _load_libc() -> ctypes.CDLL | None:
 
 
 _libc = _load_libc()
-_releasing = False
 
 
 def configure() -> None:
@@ -53,24 +51,14 @@ def configure() -> None:
         _libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
 
 
-def release() -> None:
-    """Return the heap's free pages to the system, on a thread of its own.
+def release() -> bool:
+    """Return the heap's free pages to the system; True when some were returned.
 
-    The walk takes about 18 ms per 128 MiB freed (measured, 1 KiB items); ctypes drops the
-    GIL for it, so the event loop goes on meanwhile (its allocations of more than 512 bytes
-    may wait for the arena the walk holds).  One walk at a time: a burst drained during a
-    walk is returned by the next one.
+    On the caller's thread, the event loop: about 18 ms per 128 MiB freed (1 KiB items), once
+    per burst.  On a thread of its own the walk would leave the loop alone, but the memory
+    would come back only some milliseconds after the get that emptied the queue was answered,
+    later on a busy machine: whoever reads RSS once the drain is over would find it still there.
     """
-    global _releasing
-    if _libc is None or _releasing:
-        return
-    _releasing = True
-    threading.Thread(target=_release, name="malloc_trim", daemon=True).start()
-
-
-def _release() -> None:
-    global _releasing
-    try:
-        _libc.malloc_trim(0)  # type: ignore[union-attr]
-    finally:
-        _releasing = False
+    if _libc is None:
+        return False
+    return bool(_libc.malloc_trim(0))
