@@ -29,6 +29,7 @@ from kestreld.frontends.thrift.connection import ThriftConnection
 from kestreld.journal.files import LOCK_FILE
 from kestreld.log import configure_logging, set_log_level
 from kestreld.loop.busy_poll import DEFAULT_LIMIT_US, BusyPoll
+from kestreld.queues import heap
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.security import (
     Authenticator,
@@ -685,6 +686,7 @@ def run_server(config_path: str | None, overrides: dict[str, Any]) -> int:
         return 2
     configure_logging(config.log_format, config.log_level)
     report_implementation(log)
+    heap.configure()
     try:
         import uvloop
     except ImportError:  # pragma: no cover

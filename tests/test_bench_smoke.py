@@ -331,3 +331,20 @@ def test_darner_side_delivers_every_item_once(workload, tmp_path):
     assert row.errors == 0, row.error_samples
     if workload != "put-many":
         assert row.check.startswith("exactly once"), row.check
+
+
+def test_darner_suite_prints_every_scenario_of_darners_table(tmp_path, capsys):
+    argv = ["darner-suite", "--scale", "0.005", "--connections", "1,10", "--workdir", str(tmp_path)]
+    assert bench_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    for scenario in ("flood, 64 B, 1 / 10", "packing", "fairness", "after growing to and draining",
+                     "items queued", "hang up mid-request"):  # fmt: skip
+        assert scenario in out
+    assert "alive" in out and "DEAD" not in out
+
+
+def test_queues_prints_what_idle_queues_cost(tmp_path, capsys):
+    argv = ["queues", "20", "--idle-seconds", "0.5", "--workdir", str(tmp_path), "--markdown"]
+    assert bench_cli.main(argv) == 0
+    row = capsys.readouterr().out.splitlines()[-1].strip("| ").split(" | ")
+    assert row[0] == "20" and row[1].endswith("MiB") and int(row[2].replace(",", "")) > 20

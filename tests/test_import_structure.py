@@ -394,7 +394,10 @@ def test_the_package_ships_no_test_support_nor_instruments():
     ]
     assert bad == []
     bench = {p.stem for p in (PACKAGE / "bench").glob("*.py")}
-    assert bench == {"__init__", "cli", "load", "workloads", "servers", "backlog", "report"}
+    assert bench == {
+        "__init__", "cli", "load", "workloads", "servers", "backlog", "report",
+        "darner_suite", "many_queues",
+    }  # fmt: skip
 
 
 def _all_imports(path: Path) -> set[str]:

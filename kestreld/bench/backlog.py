@@ -21,7 +21,7 @@ import time
 
 from kestreld.bench import load as bench_load
 from kestreld.bench.load import Role
-from kestreld.bench.servers import KestreldServer, memory
+from kestreld.bench.servers import KestreldServer, RssSampler, memory
 
 MiB = 1024 * 1024
 QUEUE = "backlog"
@@ -36,26 +36,6 @@ def _folder_bytes(folder: str) -> int:
             except OSError:
                 pass
     return total
-
-
-class _Sampler(threading.Thread):
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.pid = 0
-        self.peak = 0
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(0.05):
-            if self.pid:
-                try:
-                    self.peak = max(self.peak, memory(self.pid).get("VmRSS", 0))
-                except OSError:
-                    pass
-
-    def take(self) -> int:
-        peak, self.peak = self.peak, 0
-        return peak
 
 
 def _first_item(port: int, deadline: float) -> tuple[float, bytes]:
@@ -99,7 +79,7 @@ def run_backlog(
 ) -> dict:
     n = size // item_size
     srv = KestreldServer(f"max_memory_size = {max_memory}\n", workdir=workdir)
-    sampler = _Sampler()
+    sampler = RssSampler()
     sampler.start()
     out: dict = {
         "backlog_mib": n * item_size / MiB,
@@ -214,7 +194,7 @@ def run_backlog(
             f"{out['rss_drain_mib']:.1f} MiB, {out['check']}"
         )
     finally:
-        sampler.stopped.set()
+        sampler.stop()
         srv.stop()
     return out
 

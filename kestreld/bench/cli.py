@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import sys
 import time
@@ -166,13 +167,50 @@ def build_parser() -> argparse.ArgumentParser:
         "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
         "  kestreld bench flood --reliable -p 50 -c 50\n"
         "  kestreld bench compare --markdown-file BENCHMARKS-table.md\n"
-        "  kestreld bench backlog --size 1GiB --max-memory 16MiB",
+        "  kestreld bench backlog --size 1GiB --max-memory 16MiB\n"
+        "  kestreld bench darner-suite --darner ~/darner/build/darner\n"
+        "  kestreld bench queues 1000 10000",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     add_workload_parsers(sub)
     add_compare_parser(sub)
     add_backlog_parser(sub)
+    p = sub.add_parser(
+        "darner-suite",
+        help="Darner's own suite: flood, packing, memory, fairness, hang-ups",
+        description="Darner's bench/*.sh scenarios with a client doing what its db does, "
+        "against kestreld and, with --darner (or $DARNER_BIN), Darner; prints the table.",
+    )
+    p.add_argument("--darner", metavar="PATH", help="a Darner binary to run beside kestreld")
+    p.add_argument(
+        "--scale", type=float, default=1.0, help="Darner's item counts times this (default: 1)"
+    )
+    p.add_argument(
+        "--connections",
+        default="1,10,100,1000,4000",
+        help="the flood's connection counts (default: 1,10,100,1000,4000)",
+    )
+    p.add_argument(
+        "--scenarios",
+        default="flood,packing,memory,fairness",
+        help="which of Darner's scenarios (default: flood,packing,memory,fairness)",
+    )
+    p.add_argument("--procs", type=int, default=2, help="client processes (default: 2)")
+    p.add_argument("--workdir", default=None, help="where queue folders are created")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p = sub.add_parser(
+        "queues",
+        help="what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
+        description="N queues get 10 items of 100 B each, then sit idle; one row per N.",
+    )
+    p.add_argument("counts", type=int, nargs="+", metavar="N", help="numbers of queues")
+    p.add_argument("--idle-seconds", type=float, default=5.0, help="idle CPU window (default: 5)")
+    p.add_argument("--workdir", default=None, help="where queue folders are created")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     return parser
+
+
+DEFAULT = "%s (default: %%(default)s)"
 
 
 def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
@@ -183,11 +221,10 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         description="C connections each store their share of N items into one queue "
         "(memcached: distinct keys). Kestrel's put-many.",
     )
-    p.add_argument("-c", "--connections", type=int, default=10, help="connections (default: 10)")
+    p.add_argument("-c", "--connections", type=int, default=10, help=DEFAULT % "connections")
     p.add_argument(
         "--sync-journal",
         type=int,
-        default=None,
         help="kestreld sync_journal; 0 = STORED only after fsync (group commit)",
     )
     item_args(p, items=100_000)
@@ -200,7 +237,7 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "then get until it is empty (memcached: get the prefilled keys). Each id must "
         "arrive exactly once; what a time-bounded run leaves is drained and counted after.",
     )
-    p.add_argument("-c", "--connections", type=int, default=10, help="connections (default: 10)")
+    p.add_argument("-c", "--connections", type=int, default=10, help=DEFAULT % "connections")
     p.add_argument(
         "--reliable",
         action="store_true",
@@ -216,18 +253,13 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "or with --reliable the open/close loop get q/close/open/t=ms. Checks every item "
         "arrives exactly once. memcached: set k + get k per item.",
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
-    )
-    p.add_argument(
-        "-c", "--consumers", type=int, default=1, help="consumer connections (default: 1)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
+    p.add_argument("-c", "--consumers", type=int, default=1, help=DEFAULT % "consumer connections")
     p.add_argument("--reliable", action="store_true", help="consumers use get q/close/open")
-    p.add_argument("--wait-ms", type=int, default=100, help="consumers' /t= (default: 100)")
+    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "consumers' /t=")
     p.add_argument(
         "--sync-journal",
         type=int,
-        default=None,
         help="kestreld sync_journal; 0 = STORED and confirms only after fsync (group commit)",
     )
     item_args(p, items=100_000)
@@ -240,17 +272,13 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "is given back with /abort at --abort-rate, or its connection is dropped at "
         "--drop-rate; every item must still be confirmed exactly once. kestreld only.",
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
-    )
-    p.add_argument(
-        "-c", "--consumers", type=int, default=10, help="reader connections (default: 10)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
+    p.add_argument("-c", "--consumers", type=int, default=10, help=DEFAULT % "reader connections")
     p.add_argument(
         "--abort-rate", type=float, default=0.02, help="fraction aborted (default: 0.02)"
     )
     p.add_argument("--drop-rate", type=float, default=0.01, help="fraction dropped (default: 0.01)")
-    p.add_argument("--wait-ms", type=int, default=100, help="readers' /t= (default: 100)")
+    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "readers' /t=")
     item_args(p, items=20_000)
     common(p)
 
@@ -260,11 +288,9 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         description="Queue 'fan' (fanout_only) with readers fan+r1..rR; P producers store N "
         "items, each reader must get every one exactly once. memcached: set k + R x get k.",
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=10, help="producer connections (default: 10)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=10, help=DEFAULT % "producer connections")
     p.add_argument("-r", "--readers", type=int, default=3, help="fanout readers (default: 3)")
-    p.add_argument("--wait-ms", type=int, default=100, help="readers' /t= (default: 100)")
+    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "readers' /t=")
     item_args(p, items=100_000, depth=16)
     common(p)
 
@@ -276,11 +302,9 @@ def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
         "reader. kestreld only.",
     )
     p.add_argument(
-        "-c", "--consumers", type=int, default=1000, help="waiting connections (default: 1000)"
+        "-c", "--consumers", type=int, default=1000, help=DEFAULT % "waiting connections"
     )
-    p.add_argument(
-        "-p", "--producers", type=int, default=1, help="producer connections (default: 1)"
-    )
+    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
     p.add_argument(
         "--rate",
         type=float,
@@ -532,41 +556,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     machine["loadavg"] = machine.pop("loadavg")
     targets = report.evaluate(rows, backlog)
     command = "kestreld bench " + " ".join(shlex.quote(a) for a in args.argv)
+
+    def tables(markdown: bool) -> list[str]:
+        out = [report.compare_table(rows, markdown)]
+        if report.has_darner(rows):
+            out.append(report.darner_table(rows, markdown))
+        if backlog:
+            out.append(report.table(("backlog", "figure"), backlog_lines(backlog), markdown))
+        return [*out, report.targets_table(targets, markdown)]
+
     print()
     if placement:
-        print(f"Placement: {placement}")
-        print()
-    print(report.compare_table(rows, args.markdown))
-    if report.has_darner(rows):
-        print()
-        print(report.darner_table(rows, args.markdown))
-    if backlog:
-        print()
-        for k, v in backlog_lines(backlog):
-            print(f"{k:62} {v}")
-    print()
-    print(report.targets_table(targets, args.markdown))
+        print(f"Placement: {placement}\n")
+    print("\n\n".join(tables(args.markdown)))
     if args.markdown_file:
-        md = [
-            f"Run {started}: `{command}`",
-            "",
-            "Machine:",
-            *report.machine_lines(machine),
-            "",
-            report.compare_table(rows, True),
-            "",
-        ]
-        if report.has_darner(rows):
-            md += [report.darner_table(rows, True), ""]
-        if backlog:
-            md += [
-                report.markdown_table(
-                    ("backlog", "figure"), [list(x) for x in backlog_lines(backlog)]
-                ),
-                "",
-            ]
-        md += [report.targets_table(targets, True), ""]
-        Path(args.markdown_file).write_text("\n".join(md))
+        head = [f"Run {started}: `{command}`", "", "Machine:", *report.machine_lines(machine)]
+        Path(args.markdown_file).write_text("\n\n".join(["\n".join(head), *tables(True)]) + "\n")
         log(f"wrote {args.markdown_file}")
     if args.json:
         write_json(
@@ -599,14 +604,56 @@ def cmd_backlog(args: argparse.Namespace) -> int:
     )
     machine["loadavg at end"] = machine_description()["loadavg"]
     print(f"machine: {machine}")
-    for k, v in backlog_lines(b):
-        print(f"{k:62} {v}")
+    print(report.table(("backlog", "figure"), backlog_lines(b)))
     targets = [t for t in report.evaluate([], b) if t.value is not None]
     print()
     print(report.targets_table(targets))
     if args.json:
         write_json(args.json, {"machine": machine, "backlog": b})
     return 1 if "FAILED" in b["check"] else 0
+
+
+def raise_open_file_limit() -> None:
+    """Thousands of connections or queues: the soft limit up to the hard one (the servers
+    started from here inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def cmd_darner_suite(args: argparse.Namespace) -> int:
+    from kestreld.bench.darner_suite import SuiteSizes, run_suite, suite_rows
+    from kestreld.bench.servers import DarnerServer, KestreldServer, darner_path
+
+    raise_open_file_limit()
+    sizes = SuiteSizes(args.scale, tuple(int(c) for c in args.connections.split(",")))
+    starts = {"kestreld": lambda: KestreldServer(workdir=args.workdir)}
+    darner = darner_path(args.darner)
+    if darner:
+        starts["Darner"] = lambda: DarnerServer(darner, workdir=args.workdir)
+    elif args.darner:
+        log(f"darner-suite: no Darner binary at {args.darner!r}: kestreld only")
+    figures = {}
+    for name, start in starts.items():
+        log(f"darner-suite: {name}")
+        figures[name] = run_suite(start, sizes, args.procs, log, args.scenarios.split(","))
+    header, *rows = suite_rows(figures, sizes)
+    print(f"machine: {machine_description()}")
+    print(report.table(header, rows, args.markdown))
+    return 0 if all(f.alive or not f.hangups for f in figures.values()) else 1
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    from kestreld.bench.many_queues import QUEUES_HEADER, queues_row, run_queues
+
+    raise_open_file_limit()
+    rows = [
+        queues_row(run_queues(n, idle_seconds=args.idle_seconds, workdir=args.workdir, log=log))
+        for n in args.counts
+    ]
+    print(f"machine: {machine_description()}")
+    print(report.table(QUEUES_HEADER, rows, args.markdown))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -617,6 +664,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_compare(args)
     if args.command == "backlog":
         return cmd_backlog(args)
+    if args.command == "darner-suite":
+        return cmd_darner_suite(args)
+    if args.command == "queues":
+        return cmd_queues(args)
     return cmd_workload(args)
 
 

@@ -295,17 +295,14 @@ class SetConnection(Connection):
         super().__init__(worker, role, index)
         lo, hi = role.id_range(index)
         fmt = _set_format(role)
-        args = (lambda i: (i, i)) if role.distinct_keys else (lambda i: i)
+        self.copies = 2 if role.distinct_keys else 1  # the format takes a key's id, then the item's
         depth = role.depth
+        self.lo, self.hi, self.next_id, self.fmt = lo, hi, lo, fmt
         self.batches = (
-            [
-                fmt * min(depth, hi - i) % _flatten(args, range(i, min(hi, i + depth)))
-                for i in range(lo, hi, depth)
-            ]
+            [self._batch(i, min(depth, hi - i)) for i in range(lo, hi, depth)]
             if worker.prebuild
             else None
         )
-        self.lo, self.hi, self.next_id, self.fmt, self.args = lo, hi, lo, fmt, args
         self.batch_no = 0
         self.reply_id = lo
 
@@ -320,8 +317,12 @@ class SetConnection(Connection):
             data = self.batches[self.batch_no]
             self.batch_no += 1
         else:
-            data = self.fmt * n % _flatten(self.args, range(i, i + n))
+            data = self._batch(i, n)
         return data, n, n
+
+    def _batch(self, first: int, n: int) -> bytes:
+        ids = tuple(i for i in range(first, first + n) for _ in range(self.copies))
+        return self.fmt * n % ids
 
     def on_data(self, data: bytes) -> None:
         n = self.expected
@@ -349,17 +350,6 @@ class SetConnection(Connection):
 
     def on_value(self, buf: bytearray, start: int, size: int) -> None:
         self.worker.error("VALUE in reply to set")
-
-
-def _flatten(args, ids: range) -> tuple:
-    out: list[int] = []
-    for i in ids:
-        a = args(i)
-        if isinstance(a, tuple):
-            out.extend(a)
-        else:
-            out.append(a)
-    return tuple(out)
 
 
 class GetConnection(Connection):

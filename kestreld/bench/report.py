@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kestreld.bench.workloads import Row
@@ -79,7 +80,7 @@ def row_cells(row: Row) -> list[str]:
     ]
 
 
-def text_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
@@ -89,15 +90,19 @@ def text_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> st
     return "\n".join(lines)
 
 
-def markdown_table(header: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(lines)
 
 
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool = False) -> str:
+    return markdown_table(header, rows) if markdown else text_table(header, rows)
+
+
 def rows_table(rows: list[Row], markdown: bool = False) -> str:
     cells = [row_cells(r) for r in rows]
-    return markdown_table(ROW_COLUMNS, cells) if markdown else text_table(ROW_COLUMNS, cells)
+    return table(ROW_COLUMNS, cells, markdown)
 
 
 # --- side by side ------------------------------------------------------------------------------------
@@ -161,9 +166,7 @@ def compare_cells(k: Row | None, m: Row | None) -> list[str]:
 
 def compare_table(rows: list[Row], markdown: bool = False) -> str:
     cells = [compare_cells(k, m) for k, m in pair_rows(rows)]
-    return (
-        markdown_table(COMPARE_COLUMNS, cells) if markdown else text_table(COMPARE_COLUMNS, cells)
-    )
+    return table(COMPARE_COLUMNS, cells, markdown)
 
 
 # --- three servers: kestreld, Darner, memcached -----------------------------------------------------
@@ -219,7 +222,7 @@ def darner_table(rows: list[Row], markdown: bool = False) -> str:
                 + (f"; Darner {d.errors} errors: {d.error_samples[:2]}" if d.errors else ""),
             ]
         )
-    return markdown_table(DARNER_COLUMNS, cells) if markdown else text_table(DARNER_COLUMNS, cells)
+    return table(DARNER_COLUMNS, cells, markdown)
 
 
 #: issue 28: kestreld's server CPU per item at or below Darner's, on these rows.
@@ -237,24 +240,11 @@ DARNER_ROWS = (
 
 def darner_targets(rows: list[Row]) -> list[Target]:
     by = {(r.key, r.server): r for r in rows}
-    out = []
-    for key, what in DARNER_ROWS:
-        k, d = by.get((key, "kestreld")), by.get((key, "darner"))
-        if d is None:
-            continue
-        out.append(
-            Target(
-                f"server CPU per item, {what}, 1 KiB",
-                f"{k.server_us:.1f} us vs Darner {d.server_us:.1f} us = "
-                f"{k.server_us / d.server_us:.2f}x"
-                if k and d.server_us
-                else "-",
-                "<= 1x Darner",
-                k.server_us / d.server_us if k and d.server_us else None,
-                1.0,
-            )
-        )
-    return out
+    return [
+        versus(f"server CPU per item, {what}, 1 KiB", by.get((key, "kestreld")), d, "Darner", 1.0)
+        for key, what in DARNER_ROWS
+        if (d := by.get((key, "darner"))) is not None
+    ]
 
 
 # --- targets -----------------------------------------------------------------------------------------
@@ -301,6 +291,25 @@ RELIABLE_GET_100 = "reliable-get-1k-c100-d1"
 SYNC_100 = "set-sync0-1k-c100-d1"
 
 
+def versus(
+    name: str, k: Row | None, ref: Row | None, label: str, bound: float, p99: bool = False
+) -> Target:
+    """kestreld's server CPU per operation (or p99) over a peer's, at most ``bound`` times."""
+    unit, digits = ("ms", 2) if p99 else ("us", 1)
+    kv = (k.p99_ms if p99 else k.server_us) if k else 0.0
+    rv = (ref.p99_ms if p99 else ref.server_us) if ref else 0.0
+    known = bool(k and rv)
+    return Target(
+        name,
+        f"{kv:.{digits}f} {unit} vs {label} {rv:.{digits}f} {unit} = {kv / rv:.2f}x"
+        if known
+        else "-",
+        f"<= {bound:g}x {label}",
+        kv / rv if known else None,
+        bound,
+    )
+
+
 def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
     by = {(r.key, r.server): r for r in rows}
 
@@ -309,45 +318,20 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
 
     out: list[Target] = []
     for key, what in ((SET_100, "set"), (GET_100, "get")):
-        k, m = pair(key)
-        out.append(
-            Target(
-                f"server CPU per {what}, 1 KiB, 100 conns",
-                f"{k.server_us:.1f} us vs memcached {m.server_us:.1f} us = "
-                f"{k.server_us / m.server_us:.2f}x"
-                if k and m and m.server_us
-                else "-",
-                "<= 2x memcached",
-                k.server_us / m.server_us if k and m and m.server_us else None,
-                2.0,
-            )
-        )
-    k, _ = pair(RELIABLE_100)
-    _, mg = pair(GET_100)
+        out.append(versus(f"server CPU per {what}, 1 KiB, 100 conns", *pair(key), "memcached", 2))
+    mg = pair(GET_100)[1]
     out.append(
-        Target(
+        versus(
             "open/close loop per item (set + get/close/open), 1 KiB, 50+50 conns",
-            f"{k.server_us:.1f} us/item vs memcached get {mg.server_us:.1f} us = "
-            f"{k.server_us / mg.server_us:.2f}x"
-            if k and mg and mg.server_us
-            else "-",
-            "<= 3x memcached get",
-            k.server_us / mg.server_us if k and mg and mg.server_us else None,
-            3.0,
+            pair(RELIABLE_100)[0],
+            mg,
+            "memcached get",
+            3,
         )
     )
     for key, what in ((SET_100, "set"), (GET_100, "get")):
-        k, m = pair(key)
         out.append(
-            Target(
-                f"p99 latency, {what} 1 KiB, 100 conns",
-                f"{k.p99_ms:.2f} ms vs memcached {m.p99_ms:.2f} ms = {k.p99_ms / m.p99_ms:.2f}x"
-                if k and m and m.p99_ms
-                else "-",
-                "<= 2x memcached",
-                k.p99_ms / m.p99_ms if k and m and m.p99_ms else None,
-                2.0,
-            )
+            versus(f"p99 latency, {what} 1 KiB, 100 conns", *pair(key), "memcached", 2, True)
         )
     k, _ = pair(SYNC_100)
     out.append(
@@ -362,23 +346,11 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
     )
     # issue 28: per request, a get within 1.1x and a reliable get (one get q/close/open per
     # item: it confirms the previous item and opens the next) within 1.3x of memcached's get.
-    _, mg = pair(GET_100)
     for key, what, bound in ((GET_100, "get", 1.1), (RELIABLE_GET_100, "reliable get", 1.3)):
         k, _ = pair(key)
-        if k is None or mg is None:
-            continue
-        out.append(
-            Target(
-                f"server CPU per {what}, 1 KiB, 100 conns, against memcached's get",
-                f"{k.server_us:.1f} us vs memcached get {mg.server_us:.1f} us = "
-                f"{k.server_us / mg.server_us:.2f}x"
-                if mg.server_us
-                else "-",
-                f"<= {bound}x memcached get",
-                k.server_us / mg.server_us if mg.server_us else None,
-                bound,
-            )
-        )
+        if k is not None and mg is not None:
+            name = f"server CPU per {what}, 1 KiB, 100 conns, against memcached's get"
+            out.append(versus(name, k, mg, "memcached get", bound))
     out += darner_targets(rows)
     if backlog:
         out.append(
@@ -405,7 +377,7 @@ def evaluate(rows: list[Row], backlog: dict | None = None) -> list[Target]:
 
 def targets_table(targets: list[Target], markdown: bool = False) -> str:
     cells = [t.cells() for t in targets]
-    return markdown_table(TARGET_COLUMNS, cells) if markdown else text_table(TARGET_COLUMNS, cells)
+    return table(TARGET_COLUMNS, cells, markdown)
 
 
 def machine_lines(machine: dict[str, str]) -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import socket
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ from kestreld.bench.servers import (
     KestreldServer,
     MachineSample,
     MemcachedServer,
+    RssSampler,
     context_switches,
     cpu_seconds,
     memory,
@@ -170,41 +170,22 @@ def plan(spec: Spec, server: str) -> Plan | None:
         return Plan([pair], "item", "pair", note=f"memcached: set k + {reads} get k per item")
     if mc:
         return None  # leaky-reader and many-clients are about queue semantics
-    if spec.workload == "flood":
-        producer = Role("producer", "set", spec.producers, n, size=size, verify=True)
-        kind = "reliable" if spec.reliable else "get"
+    if spec.workload in ("flood", "leaky-reader", "many-clients"):
+        flood, leaky = spec.workload == "flood", spec.workload == "leaky-reader"
+        rate = spec.rate if spec.workload == "many-clients" else 0.0
+        producer = Role("producer", "set", spec.producers, n, size=size, rate=rate, verify=True)
         consumer = Role(
             "consumer",
-            kind,
+            "reliable" if leaky or spec.reliable and flood else "get",
             spec.connections,
             n,
             size=size,
-            depth=depth,
-            wait_ms=spec.wait_ms,
+            depth=depth if flood else 1,
+            wait_ms=spec.wait_ms if flood or leaky else max(spec.wait_ms, 1000),
             shared_stop=True,
             verify=True,
-        )
-        return Plan(
-            [producer, consumer],
-            "item",
-            "consumer",
-            config=config,
-            producer="producer",
-            complete=["consumer"],
-        )
-    if spec.workload == "leaky-reader":
-        producer = Role("producer", "set", spec.producers, n, size=size, verify=True)
-        consumer = Role(
-            "consumer",
-            "reliable",
-            spec.connections,
-            n,
-            size=size,
-            wait_ms=spec.wait_ms,
-            shared_stop=True,
-            verify=True,
-            abort_rate=spec.abort_rate,
-            drop_rate=spec.drop_rate,
+            abort_rate=spec.abort_rate if leaky else 0.0,
+            drop_rate=spec.drop_rate if leaky else 0.0,
         )
         return Plan(
             [producer, consumer],
@@ -241,28 +222,6 @@ def plan(spec: Spec, server: str) -> Plan | None:
             commands=commands,
             producer="producer",
             complete=[r.name for r in readers],
-        )
-    if spec.workload == "many-clients":
-        producer = Role(
-            "producer", "set", spec.producers, n, size=size, rate=spec.rate, verify=True
-        )
-        consumer = Role(
-            "consumer",
-            "get",
-            spec.connections,
-            n,
-            size=size,
-            wait_ms=max(spec.wait_ms, 1000),
-            shared_stop=True,
-            verify=True,
-        )
-        return Plan(
-            [producer, consumer],
-            "item",
-            "consumer",
-            config=config,
-            producer="producer",
-            complete=["consumer"],
         )
     raise ValueError(f"unknown workload {spec.workload}")
 
@@ -337,25 +296,6 @@ def median_rows(rows: list[Row]) -> list[Row]:
         merged.p99_range = (min(r.p99_ms for r in runs), max(r.p99_ms for r in runs))
         out.append(merged)
     return out
-
-
-class _RssSampler(threading.Thread):
-    def __init__(self, pid: int, period: float = 0.1) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.period, self.peak = pid, period, 0
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.period):
-            try:
-                self.peak = max(self.peak, memory(self.pid).get("VmRSS", 0))
-            except OSError:
-                return
-
-    def stop(self) -> int:
-        self.stopped.set()
-        self.join(2)
-        return self.peak
 
 
 def send_commands(port: int, commands: list[bytes]) -> None:
@@ -435,7 +375,7 @@ def measure(
             bad = sum(r.errors for r in prefilled.roles.values())
             if bad:
                 raise RuntimeError(f"prefill failed: {bad} errors")
-        samplers = [_RssSampler(pid) for pid in pids]
+        samplers = [RssSampler(pid, 0.1) for pid in pids]
         marks: dict[str, object] = {}
 
         def started() -> None:

@@ -15,6 +15,9 @@ from kestreld.queues.blocking cimport BlockingQueue, Waiter
 from kestreld.queues.item cimport QueueItem
 
 
+cdef long long RELEASE_AFTER
+
+
 cdef class OpenRead:
     cdef public QueueItem item
     cdef public object reader
@@ -35,6 +38,7 @@ cdef class Reader:
     cdef public bint cfg_discard_old
     cdef public BlockingQueue memory
     cdef public long long mem_bytes
+    cdef public long long mem_peak
     cdef public long long items
     cdef public long long bytes
     cdef public dict open_reads
@@ -55,7 +59,8 @@ cdef class Reader:
 
     cpdef _configure(self, object config)
 
-    @cython.locals(size=Py_ssize_t, memory=BlockingQueue, id_=cython.longlong, jr=JournalReader)
+    @cython.locals(size=Py_ssize_t, memory=BlockingQueue, id_=cython.longlong, jr=JournalReader,
+                   mem_bytes=cython.longlong)
     cpdef offer(self, QueueItem item, Segment seg, long long offset, object now)
     cpdef skip(self, long long size)
     cpdef journal_drop(self, long long id_)
@@ -87,5 +92,6 @@ cdef class Reader:
     cpdef confirm(self, OpenRead read)
     cpdef consume(self, QueueItem item)
 
+    cpdef _drained(self)
     cpdef _expired(self, QueueItem item)
     cpdef _forward_expired(self, QueueItem item)

@@ -28,12 +28,18 @@ from kestreld.journal.files import checkpoint_name
 from kestreld.journal.journal_reader import Compaction, JournalReader
 from kestreld.journal.segment import Segment
 from kestreld.journal.writer import WriterJournal
+from kestreld.queues import heap
 from kestreld.queues.blocking import BlockingQueue, Waiter
 from kestreld.queues.item import QueueItem
 
 #: Counts and sizes are C integers when compiled: a count read from damaged files, or a
 #: configured max_memory_size, past this (4 Ei) is taken as this.
 COUNT_CAP = 1 << 62
+
+#: A reader whose memory held this many bytes of items since it was last empty gives the
+#: freed heap back to the system when it empties (see Reader._drained); smaller bursts are
+#: not worth a walk of the heap.
+RELEASE_AFTER = 4 * 1024 * 1024
 
 #: Called with (reader's full name, ms the item waited) at every hand-off of an item to a
 #: consumer (a get, or a waiter served by a put or a give-back); the admin port's delivery
@@ -80,6 +86,7 @@ class Reader:
         "cfg_discard_old",
         "memory",
         "mem_bytes",
+        "mem_peak",
         "items",
         "bytes",
         "open_reads",
@@ -113,6 +120,9 @@ class Reader:
         self._configure(config)
         self.memory: BlockingQueue[QueueItem] = BlockingQueue()
         self.mem_bytes = 0
+        # The most mem_bytes held since memory was last empty: a burst drained gives the heap
+        # back (see _drained).
+        self.mem_peak = 0
         self.items = 0  # unconsumed items (memory + journal only), open reads excluded
         self.bytes = 0
         self.open_reads: dict[int, OpenRead] = {}
@@ -174,6 +184,7 @@ class Reader:
             item = QueueItem(p.id, p.add_time, p.expire_time, p.error_count, p.data)  # type: ignore[arg-type]
             self.memory.put(item)
             self.mem_bytes += p.size
+        self.mem_peak = self.mem_bytes
         self.items = min(items, COUNT_CAP)
         self.bytes = min(nbytes, COUNT_CAP)
 
@@ -205,7 +216,9 @@ class Reader:
                     self._removed(item, now)
                 else:
                     memory.put(item)
-                    self.mem_bytes += size
+                    mem_bytes = self.mem_bytes = self.mem_bytes + size
+                    if mem_bytes > self.mem_peak:
+                        self.mem_peak = mem_bytes
                 return
             jr.read_behind_from(seg, offset, id_)
 
@@ -285,6 +298,8 @@ class Reader:
             self.mem_bytes -= size
             self.items -= 1
             self.bytes -= size
+            if not self.mem_bytes and self.mem_peak >= RELEASE_AFTER:
+                self._drained()
             if (item.expire_time or max_age) and item.expired(now, max_age):
                 self._expired(item)
                 continue
@@ -444,6 +459,8 @@ class Reader:
         self.items = 0
         self.bytes = 0
         self.total_flushes += 1
+        if self.mem_peak >= RELEASE_AFTER:
+            self._drained()
         return self.journal_reader.flush(list(self.open_reads))
 
     def discard_expired(self, now: int, limit: int | None = None) -> int:
@@ -465,6 +482,8 @@ class Reader:
             self.bytes -= size
             self._expired(item)
             count += 1
+        if count and not self.mem_bytes and self.mem_peak >= RELEASE_AFTER:
+            self._drained()
         return count
 
     def _expired(self, item: QueueItem) -> None:
@@ -484,6 +503,18 @@ class Reader:
         limit = now_mono - timeout / 1000
         return [r for r in self.open_reads.values() if r.opened_at <= limit]
 
+    def _drained(self) -> None:
+        """Memory emptied after holding a burst: the freed items go back to the system.
+
+        glibc keeps freed chunks for reuse; a drained burst of 128 MiB would stay resident
+        (and a dict keeps its size after its keys are gone).  Once per burst, by the verb that
+        emptied it: an idle server runs nothing for it.
+        """
+        self.mem_peak = 0
+        if not self.open_reads:
+            self.open_reads = {}
+        heap.release()
+
     # --- read-behind --------------------------------------------------------------------
 
     def _refill(self) -> bool:
@@ -493,6 +524,8 @@ class Reader:
         for p in puts:
             memory.put(QueueItem(p.id, p.add_time, p.expire_time, p.error_count, p.data))  # type: ignore[arg-type]
             self.mem_bytes += p.size
+        if self.mem_bytes > self.mem_peak:
+            self.mem_peak = self.mem_bytes
         lost, ended = self.journal_reader.take_lost()
         if lost:
             self.items = max(0, self.items - lost)
