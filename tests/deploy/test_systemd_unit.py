@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
+import repo
 
 from kestreld.client import Client
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 UNIT = ROOT / "config" / "kestreld@.service"
 OPERATIONS = ROOT / "docs" / "operations.md"
 

@@ -39,11 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import repo
 from kazoo.client import KazooClient
 from waiting import wait_until
 from zookeeper import ZooKeeperProcess, available, free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 MIRROR = os.environ.get("KESTRELD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 BASE_TAG = "localhost/kestreld-test-base:bookworm"
 IMAGE_TAG = "localhost/kestreld-test:latest"

@@ -6,9 +6,9 @@ import socket
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
+import repo
 from kazoo.client import KazooClient
 from kestreld_process import Conn
 from waiting import wait_until
@@ -18,7 +18,7 @@ from zookeeper import available as zookeeper_available
 from kestreld.config import build_config
 from kestreld.tools.convert_config import convert
 
-DATA = Path(__file__).resolve().parent / "data" / "kestrel_configs"
+DATA = repo.DATA / "kestrel_configs"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -23,13 +23,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import repo
 from kestreld_process import KestreldProcess
 from pipeline_fixtures import pymemcache_items, spark_missing
 from spark_cluster import StandaloneCluster, clean_env, executor_python, spark_home
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = repo.ROOT
 UNTIL = "2100-01-01T00:00:00Z"  # a fixed --until: lag ages are the same in every run
 TABLES = ("per_minute", "consumer_lag", "error_counts", "id_gaps")
 QUEUES = {"jobs": 1200, "mail": 60, "tiny": 3}

@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import repo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 PACKAGE = ROOT / "kestreld"
 
 #: What a leaf of the session layer (read on every request) may not load.

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+import repo
 
 from kestreld.compiled import implementation
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 
 
 def check(*args: str) -> subprocess.CompletedProcess:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
+
+import repo
 
 from kestreld.extras import install_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 
 
 def test_in_the_clone_the_hint_is_scripts_install(monkeypatch):

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import repo
 from pytest_codeblocks import extract_from_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 README = ROOT / "README.md"
 #: Where the README's server listens, as printed.
 PORT = 22133

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import repo
 
 from kestreld.config import ConfigError, build_config
 from kestreld.config.model import ZooKeeperConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 
 GOOD = {"hosts": "zk1:2181,zk2:2181", "path_prefix": "/kestrel/prod"}
 

@@ -5,7 +5,8 @@ sleeping), and said in the same words by docs/operations.md."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
+import repo
 
 from kestreld.admin.ostrich import AdminSnapshot
 from kestreld.admin.page import STALL_SECONDS, STATES, Attention, attention, overview
@@ -14,7 +15,7 @@ from kestreld.state import ServerStatus
 from kestreld.stats.collector import StatsSnapshot
 from kestreld.stats.latency import LatencyHistograms
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+DOCS = repo.DOCS / "operations.md"
 
 
 class Watched:

@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import repo
 from kestreld_process import Conn, KestreldProcess
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 DOCKERFILE = ROOT / "Dockerfile"
 PRODUCTION_CONF = ROOT / "config" / "production.conf"
 DOCKER_STOP_TIMEOUT = 10.0

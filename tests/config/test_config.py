@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import repo
 from kestreld_process import Conn
 from waiting import wait_until
 
 from kestreld.config import ConfigError, build_config, load_config, parse_duration, parse_size
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = repo.ROOT
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ def test_text_and_thrift_ports_are_off_unless_configured():
 
 
 def test_production_config_serves_all_three_front_ends():
-    cfg = load_config(str(Path(__file__).resolve().parent.parent / "config" / "production.conf"))
+    cfg = load_config(str(ROOT / "config" / "production.conf"))
     assert (cfg.port, cfg.text_port, cfg.thrift_port) == (22133, 2222, 2229)
 
 
