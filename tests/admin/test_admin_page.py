@@ -120,7 +120,7 @@ def test_the_page_shows_every_queue_and_follows_sets_and_gets(make_server, brows
     assert cell(browser, "orders", OPEN) == "1"
     assert cell(browser, "orders+audit", ITEMS) == "3"
     # what needs attention comes first: items arrived and nobody takes them.  Seconds
-    # old, they are growing; stalled needs a minute of waiting (tests/test_admin_states.py)
+    # old, they are growing; stalled needs a minute of waiting (tests/admin/test_admin_states.py)
     first = browser.find_element(By.CSS_SELECTOR, "#rows tr").get_attribute("data-name")
     assert first in ("new_jobs", "orders+audit")
     assert cell(browser, "new_jobs", 1).lower() == "growing"

@@ -1,6 +1,6 @@
 """The asyncio client, ``kestreld.client.AsyncClient``, against real kestreld processes.
 
-The same contract as the blocking client (tests/test_client.py), awaited:
+The same contract as the blocking client (tests/client/test_client.py), awaited:
 single-server behaviour on the module's ``server``, cluster behaviour on a
 module-scoped cluster of three servers that some tests kill and restart.
 """

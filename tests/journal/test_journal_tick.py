@@ -2,7 +2,7 @@
 when a lone client's read is written before its callback returns.
 
 Sans-IO: the writers here only record their flushes (the real writer journal's use of the
-tick is covered by tests/test_connection_state.py and every server test)."""
+tick is covered by tests/frontends/test_connection_state.py and every server test)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixtures and journal writers for the Spark pipeline tests (tests/test_pipeline_*.py).
+"""Fixtures and journal writers for the Spark pipeline tests (tests/pipeline/).
 
 Test modules import what they use; the ``spark`` fixture is imported as
 ``spark_fixture`` (``from pipeline_fixtures import spark_fixture``).
