@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from test_kestrel2_encoding import (
+from kestrel2_encoding import (
     add,
     add_xid,
     addx,

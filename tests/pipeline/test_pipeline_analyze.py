@@ -209,7 +209,7 @@ def test_missing_source_is_a_usage_error(tmp_path, capsys) -> None:
 
 
 def test_kestrel_2x_adds_count_as_items_of_their_queue(spark, tmp_path) -> None:
-    from test_kestrel2_encoding import add, addx, remove
+    from kestrel2_encoding import add, addx, remove
 
     from kestreld.pipeline import tables
 

@@ -176,7 +176,7 @@ def test_single_files_can_be_loaded(spark, tmp_path) -> None:
 
 
 def test_kestrel_2x_journals_are_read_op_by_op(spark, tmp_path) -> None:
-    from test_kestrel2_encoding import add, addx, remove
+    from kestrel2_encoding import add, addx, remove
 
     (tmp_path / "old.100").write_bytes(addx(b"one", BASE_MS, BASE_MS + 5000) + remove())
     (tmp_path / "old").write_bytes(addx(b"two", BASE_MS + 1000) + add(b"three") + b"\x02\x40")
@@ -284,7 +284,7 @@ def test_a_negative_expiry_is_a_problem_row_and_never_a_time(tmp_path) -> None:
 
 
 def test_kestrel_2x_times_out_of_range_are_problem_rows(tmp_path) -> None:
-    from test_kestrel2_encoding import addx
+    from kestrel2_encoding import addx
 
     (tmp_path / "old").write_bytes(addx(b"x", BASE_MS) + addx(b"y", -(1 << 62)))
     rows = _rows(tmp_path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from kestreld_process import Conn
-from test_metrics import METRICS_CONFIG, scrape, value
+from metrics_scrape import METRICS_CONFIG, scrape, value
 
 # No rewrite of the progress file during a test: the appended confirms alone must hold.
 NO_COMPACTION = 'checkpoint_interval = "1h"\n'

@@ -614,7 +614,7 @@ def test_periodic_sync_loses_at_most_the_last_period_of_acknowledged_sets(
 
 
 def _kestrel2_folder(fs) -> None:
-    from test_kestrel2_encoding import add, remove, write_journal
+    from kestrel2_encoding import add, remove, write_journal
 
     for name in ("old", "new"):
         shutil.rmtree(fs.mount / name, ignore_errors=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from test_kestrel2_encoding import add, addx, remove, remove_tentative_xid, write_journal
+from kestrel2_encoding import add, addx, remove, remove_tentative_xid, write_journal
 
 from kestreld import cli
 from kestreld.journal import codec

@@ -11,7 +11,7 @@ import io
 import os
 import re
 
-from test_kestrel2_encoding import (
+from kestrel2_encoding import (
     add,
     add_xid,
     addx,

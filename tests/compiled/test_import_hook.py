@@ -54,7 +54,7 @@ def test_the_hot_packages_install_it_before_their_modules(module):
 
 def test_the_compiled_modules_still_load_compiled_or_as_python_on_request():
     # The finder decides per module: with KESTRELD_NO_EXTENSIONS=1 every hot module is the
-    # .py file; without it, each is whatever is built (tests/build/test_implementation.py checks
+    # .py file; without it, each is whatever is built (tests/compiled/test_implementation.py checks
     # the build).  Here only that the variable reaches the finder installed by the packages.
     code = (
         "import kestreld.server, kestreld.compiled as c, sys; "
