@@ -12,7 +12,7 @@
 
 # BASE: the image both stages start from.  The default is the official Python image;
 # any image with python (3.11+), its C headers, pip, groupadd and useradd on PATH will do, e.g. a
-# local Debian base where no registry is reachable (tests/test_image_podman.py builds one):
+# local Debian base where no registry is reachable (tests/deploy/test_image_podman.py builds one):
 #   docker build --build-arg BASE=localhost/debian-python:bookworm -t kestreld .
 ARG BASE=python:3.12-slim
 

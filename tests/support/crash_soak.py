@@ -1,6 +1,6 @@
 """Crash-durability cycles: mixed load on a real kestreld, ``kill -9`` at random moments.
 
-Used by ``tests/test_reliability_crash.py`` (short CI profile) and ``scripts/soak``
+Used by ``tests/reliability/test_reliability_crash.py`` (short CI profile) and ``scripts/soak``
 (long runs).  Each cycle starts the server on the same folder, runs producers
 and consumers against one queue for a random time, kills the server with
 SIGKILL and lets every client thread notice.  Every client records what it saw

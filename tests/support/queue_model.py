@@ -17,7 +17,7 @@ connection; an abort or a disconnect puts reads back at the head in order; a
 restart (graceful or kill -9) brings back every item not confirmed,
 discarded, dropped, expired or flushed, in id order, and nothing else.
 
-Run by ``tests/test_queue_model.py`` (a bounded number of sequences) and by
+Run by ``tests/queues/test_queue_model.py`` (a bounded number of sequences) and by
 ``scripts/queue-model`` (as many as asked: the long run).
 """
 

@@ -1,6 +1,6 @@
 """What one connection may hold, on every front end: the connection core's contract.
 
-Every front end keeps these alike (tests/test_front_ends_core.py runs each case
+Every front end keeps these alike (tests/frontends/test_front_ends_core.py runs each case
 against the memcache, text and thrift ports):
 
 - **Input**: the request being answered and at most :data:`REQUESTS_AHEAD` more
