@@ -720,13 +720,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cycles", type=int, help="number of crash cycles")
     p.add_argument("--seconds", type=float, help="run for this long (the final check comes after)")
     p.add_argument("--seed", type=int, help="random seed (default: random, printed)")
-    p.add_argument(
-        "--checkpoint-interval",
-        type=int,
-        default=100,
-        metavar="MS",
-        help="server checkpoint_interval (default 100)",
-    )
+    p.add_argument("--checkpoint-interval", type=int, default=100, metavar="MS",
+                   help="server checkpoint_interval (default 100)")  # fmt: skip
     p.add_argument(
         "--max-journal-size", default="4KiB", help="server max_journal_size (default 4KiB)"
     )
@@ -738,12 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         help="confirms acknowledged less than this before a crash may come back (default 0: "
         "none may; a larger value only serves to study older builds)",
     )
-    p.add_argument(
-        "--min-run", type=float, default=0.3, help="shortest server life in seconds (default 0.3)"
-    )
-    p.add_argument(
-        "--max-run", type=float, default=1.5, help="longest server life in seconds (default 1.5)"
-    )
+    p.add_argument("--min-run", type=float, default=0.3, help="shortest server life in s (0.3)")
+    p.add_argument("--max-run", type=float, default=1.5, help="longest server life in s (1.5)")
     p.add_argument(
         "--generation",
         type=int,
