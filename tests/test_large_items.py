@@ -96,3 +96,14 @@ def test_kill_9_in_the_middle_of_a_large_item_arriving_keeps_what_was_acknowledg
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert [c.get("q") for _ in range(4)] == [*(f"acked {i}".encode() for i in range(3)), None]
+
+
+def test_large_item_acknowledged_after_fsync_survives_kill_9(make_server):
+    srv = make_server("sync_journal = 0\n")
+    c = Conn(srv.connect())
+    item = _item(11)
+    assert c.set("q", item) == b"STORED"
+    assert c.set("q", "after") == b"STORED"
+    srv.restart(crash=True)
+    c = Conn(srv.connect())
+    assert [c.get("q") for _ in range(3)] == [item, b"after", None]
