@@ -107,3 +107,39 @@ def test_large_item_acknowledged_after_fsync_survives_kill_9(make_server):
     srv.restart(crash=True)
     c = Conn(srv.connect())
     assert [c.get("q") for _ in range(3)] == [item, b"after", None]
+
+
+def test_large_sets_beside_small_ones_on_one_queue_are_all_stored(make_server):
+    srv = make_server()
+    big = Conn(srv.connect())
+    small = Conn(srv.connect())
+    item = _item(5, MiB)
+    request = b"set q 0 0 %d\r\n" % len(item) + item + b"\r\n"
+    big.send(request * 6)  # pipelined: a later one may wait for the small sets' turn
+    small_sets = 0
+    for _ in range(6):
+        while b"\r\n" not in big.buf:
+            assert small.set("q", "small") == b"STORED"
+            small_sets += 1
+            big.sock.settimeout(0.001)
+            try:
+                big._fill()
+            except TimeoutError:
+                pass
+            big.sock.settimeout(10)
+        assert big.line() == b"STORED"
+    got = [small.get("q") for _ in range(small_sets + 7)]
+    assert got.count(item) == 6
+    assert got.count(b"small") == small_sets
+    assert got[-1] is None
+
+
+def test_large_set_before_a_half_close_is_answered(make_server):
+    srv = make_server()
+    c = Conn(srv.connect())
+    item = _item(6, 2 * MiB)
+    c.send(b"set q 0 0 %d\r\n" % len(item) + item + b"\r\n")
+    c.sock.shutdown(socket.SHUT_WR)
+    assert c.line() == b"STORED"
+    c = Conn(srv.connect())
+    assert c.get("q") == item

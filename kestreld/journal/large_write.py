@@ -8,7 +8,9 @@ it.  A buffer of at least :data:`LARGE_WRITE_BYTES` is therefore handed to the e
 (``os.writev`` releases the GIL), and the loop goes on reading and answering.
 
 The journal stays single-writer: while a large write is in flight the queue's later puts
-are buffered, and written after it completes (a rotation, a shutdown or a failed fsync
+are buffered, and written after it completes (a file in id order cannot take them before:
+so that a queue's small puts are not always behind one large write or another, a large
+write that kept puts waiting asks the next large put to wait as long, see ``pace_until``) (a rotation, a shutdown or a failed fsync
 waits for it first).  Its puts are acknowledged as any tick's are - after the write,
 or after the fsync that covers it - and a crash in the middle leaves a torn last record,
 which recovery cuts.
@@ -17,6 +19,7 @@ which recovery cuts.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import Executor, Future
 
 from kestreld.journal.batch import Batch
@@ -29,9 +32,10 @@ LARGE_WRITE_BYTES = 512 * 1024
 class LargeWrite:
     """One buffer of records being written by a worker thread to one segment."""
 
-    __slots__ = ("future", "segment", "end", "batch", "fd")
+    __slots__ = ("future", "segment", "end", "batch", "fd", "started")
 
     def __init__(self, future: Future, segment: Segment, end: int, batch: Batch, fd: int) -> None:
+        self.started = time.monotonic()
         self.future = future
         self.segment = segment
         self.end = end  # the segment's size once this write is done

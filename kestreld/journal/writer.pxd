@@ -45,6 +45,7 @@ cdef class WriterJournal(Flushing):
     cdef public long long put_offset
     cdef public bint _fresh_segment
     cdef public object _large
+    cdef public double pace_until
 
     cpdef bint available(self) except -1
 

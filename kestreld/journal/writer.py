@@ -46,6 +46,9 @@ ROTATE_CAP = 1 << 62
 #: A tick's buffer of at least this many bytes is written by a worker thread (large_write.py).
 LARGE_WRITE_BYTES = large_write.LARGE_WRITE_BYTES
 
+#: The longest a large put is deferred for other puts' sake (seconds).
+MAX_PACE = 0.1
+
 
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
@@ -81,6 +84,7 @@ class WriterJournal(Flushing):
         "put_offset",
         "_fresh_segment",
         "_large",
+        "pace_until",
     )
 
     def __init__(
@@ -126,6 +130,9 @@ class WriterJournal(Flushing):
         self._fresh_segment = False
         #: A buffer being written by a worker thread; later puts wait in ``_buf`` for it.
         self._large: LargeWrite | None = None
+        #: A large write kept other puts waiting: a large put waits until this monotonic
+        #: time (the front end defers it) so the queue's small puts get their turn.
+        self.pace_until = 0.0
         self.sync = PeriodicSync(
             queue,
             folder,
@@ -573,6 +580,10 @@ class WriterJournal(Flushing):
         large, self._large = self._large, None
         assert large is not None
         seg = large.segment
+        if self._batch is not None:
+            # Puts waited behind it: as long again for the next large put (fair shares).
+            now = monotonic()
+            self.pace_until = now + min(now - large.started, MAX_PACE)
         if error is None:
             seg.written = large.end
             if self.sync.written([large.batch]):

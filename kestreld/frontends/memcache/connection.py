@@ -52,6 +52,7 @@ from kestreld.frontends.memcache.replies import (
     server_error,
 )
 from kestreld.journal.clock import monotonic
+from kestreld.journal.large_write import LARGE_WRITE_BYTES
 from kestreld.loop.busy_poll import BusyPoll
 from kestreld.session.fetch import BUSY, ITEM, LIMITED, MISS, REFUSED, Fetch
 from kestreld.session.reply import PUT, PendingReply
@@ -93,6 +94,10 @@ log = structlog.get_logger("kestreld.frontends")
 
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
+
+#: A set of at least this size may be deferred for its queue's small puts (see block()).
+PACED_BLOCK_BYTES = LARGE_WRITE_BYTES
+
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
 OUTPUT_FLUSH_SIZE = 256 * 1024
 #: Reply bytes promised but not written (held behind the journal) before requests pause.
@@ -139,6 +144,7 @@ class Connection(Sink):
         "spilled",
         "transport_closing",
         "poll",
+        "paced",
     )
 
     def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
@@ -154,6 +160,8 @@ class Connection(Sink):
         self.fd = -1
         #: Bytes were handed to the transport, which may still hold some of them.
         self.spilled = False
+        #: A large set deferred while its queue gives small puts their turn (see block()).
+        self.paced: tuple | None = None
         #: The transport's is_closing, bound once: a closing transport's descriptor may be
         #: closed already (and its number reused), so nothing is sent to it directly.
         self.transport_closing: Callable[[], bool] | None = None
@@ -286,6 +294,7 @@ class Connection(Sink):
             or self.write_paused
             or self.closing
             or self.out_size > OUTPUT_HOLD_LIMIT
+            or self.paced is not None
         )
 
     def _finish_if_eof(self) -> None:
@@ -399,7 +408,38 @@ class Connection(Sink):
         return KEEP if keep else SKIP
 
     def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
-        """The data block of a kept request (``set``): it was accepted, so it always runs."""
+        """The data block of a kept request (``set``): it was accepted, so it always runs.
+
+        A large one may run a little later: when its queue's last large write kept other
+        puts waiting, it waits as long (``WriterJournal.pace_until``), and so does this
+        connection's input; the queue's small puts are written meanwhile.
+        """
+        if len(data) >= PACED_BLOCK_BYTES:
+            delay = self._pace_delay()
+            if delay > 0:
+                self.paced = (command, args, data, quiet)
+                asyncio.get_running_loop().call_later(delay, self._paced_put)
+                return STOP
+        return self._run_block(command, args, data, quiet)
+
+    def _pace_delay(self) -> float:
+        """How long the large put to ``put_name`` should wait; 0 or less: none."""
+        queue = self.session.queues.queues.get(self.put_name)
+        if queue is None:
+            return 0.0
+        return queue.journal.pace_until - monotonic()
+
+    def _paced_put(self) -> None:
+        """The deferred large set runs now (never deferred twice), then what came after it."""
+        paced, self.paced = self.paced, None
+        if paced is None or self.closed:
+            return
+        command, args, data, quiet = paced
+        self._run_block(command, args, data, quiet)
+        self.flush_out()
+        self._continue()
+
+    def _run_block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
         try:
             if COMPILED:
                 command.run_block(self, args, data)
