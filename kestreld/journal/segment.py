@@ -69,6 +69,10 @@ class Segment:
         """Every buffered byte went to the OS."""
         self.written = self.size
 
+    def wrote_to(self, end: int) -> None:
+        """The bytes up to ``end`` went to the OS (a large write; later puts still buffered)."""
+        self.written = end
+
     def unbuffered(self) -> None:
         """The buffered puts were never written (a failed write, a closed journal)."""
         self.size = self.written

@@ -477,7 +477,7 @@ class WriterJournal(Flushing):
         if large is not None:
             # Written or not, it lies behind what the fsync could not write: it fails too.
             if large.wait() is None:
-                large.segment.written = large.end
+                large.segment.wrote_to(large.end)
             large.batch.resolve(error)
         batch, self._batch = self._batch, None
         if batch is not None:
@@ -585,7 +585,7 @@ class WriterJournal(Flushing):
             now = monotonic()
             self.pace_until = now + min(now - large.started, MAX_PACE)
         if error is None:
-            seg.written = large.end
+            seg.wrote_to(large.end)
             if self.sync.written([large.batch]):
                 self._acknowledge(large.batch)
         else:

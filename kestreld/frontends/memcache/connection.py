@@ -52,7 +52,6 @@ from kestreld.frontends.memcache.replies import (
     server_error,
 )
 from kestreld.journal.clock import monotonic
-from kestreld.journal.large_write import LARGE_WRITE_BYTES
 from kestreld.loop.busy_poll import BusyPoll
 from kestreld.session.fetch import BUSY, ITEM, LIMITED, MISS, REFUSED, Fetch
 from kestreld.session.reply import PUT, PendingReply
@@ -95,8 +94,9 @@ log = structlog.get_logger("kestreld.frontends")
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
 
-#: A set of at least this size may be deferred for its queue's small puts (see block()).
-PACED_BLOCK_BYTES = LARGE_WRITE_BYTES
+#: A set of at least this size may be deferred for its queue's small puts (see block()):
+#: the journal's large-write threshold (kestreld/journal/large_write.py).
+PACED_BLOCK_BYTES = 512 * 1024
 
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
 OUTPUT_FLUSH_SIZE = 256 * 1024
