@@ -15,6 +15,8 @@ from kestreld.journal.progress cimport ProgressLog
 from kestreld.journal.segment cimport Segment
 from kestreld.journal.tick cimport Flushing, Tick
 
+cdef Py_ssize_t LARGE_WRITE_BYTES
+
 
 cdef class WriterJournal(Flushing):
     cdef public object folder
@@ -42,6 +44,8 @@ cdef class WriterJournal(Flushing):
     cdef public Segment put_segment
     cdef public long long put_offset
     cdef public bint _fresh_segment
+    cdef public object _large
+    cdef public double pace_until
 
     cpdef bint available(self) except -1
 

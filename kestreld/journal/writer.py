@@ -21,12 +21,13 @@ from concurrent.futures import Executor
 
 import structlog
 
-from kestreld.journal import codec
+from kestreld.journal import codec, large_write
 from kestreld.journal.batch import Batch
 from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.fileio import write_chunks
 from kestreld.journal.files import segment_name, unlink_quietly
+from kestreld.journal.large_write import LargeWrite
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
 from kestreld.journal.segment import Segment, SegmentReader
@@ -41,6 +42,12 @@ EXACT_SCAN_BYTES = 64 * 1024 * 1024
 #: A segment rotates past max_journal_size; a configured size above this (no file grows
 #: to 4 EiB) is taken as this, so the compiled writer compares C integers.
 ROTATE_CAP = 1 << 62
+
+#: A tick's buffer of at least this many bytes is written by a worker thread (large_write.py).
+LARGE_WRITE_BYTES = large_write.LARGE_WRITE_BYTES
+
+#: The longest a large put is deferred for other puts' sake (seconds).
+MAX_PACE = 0.1
 
 
 class JournalWriteError(Exception):
@@ -76,6 +83,8 @@ class WriterJournal(Flushing):
         "put_segment",
         "put_offset",
         "_fresh_segment",
+        "_large",
+        "pace_until",
     )
 
     def __init__(
@@ -119,6 +128,11 @@ class WriterJournal(Flushing):
         self.put_offset = 0
         #: An fsync failed: the next put starts a new segment (see :meth:`_sync_failed`).
         self._fresh_segment = False
+        #: A buffer being written by a worker thread; later puts wait in ``_buf`` for it.
+        self._large: LargeWrite | None = None
+        #: A large write kept other puts waiting: a large put waits until this monotonic
+        #: time (the front end defers it) so the queue's small puts get their turn.
+        self.pace_until = 0.0
         self.sync = PeriodicSync(
             queue,
             folder,
@@ -411,6 +425,8 @@ class WriterJournal(Flushing):
 
     def write_buffer(self) -> None:
         """Hand the buffered puts to the OS (one write); does not resolve batches."""
+        if self._large is not None:
+            self._wait_large()  # the file is appended to in order: the large write first
         if not self._buf:
             return
         if self._fd < 0:
@@ -457,6 +473,12 @@ class WriterJournal(Flushing):
         (the sync resolved those it held; the tick's buffer fails here), the file
         is cut back to its acknowledged end, and the next put starts a new segment.
         """
+        large, self._large = self._large, None
+        if large is not None:
+            # Written or not, it lies behind what the fsync could not write: it fails too.
+            if large.wait() is None:
+                large.segment.wrote_to(large.end)
+            large.batch.resolve(error)
         batch, self._batch = self._batch, None
         if batch is not None:
             batch.resolve(error)
@@ -492,13 +514,24 @@ class WriterJournal(Flushing):
     def _write_tick(self) -> list[Batch]:
         """One write for the puts, one append per reader with confirms; the batches written."""
         written = []
-        batch, self._batch = self._batch, None
-        if batch is not None:
-            try:
-                self.write_buffer()
-                written.append(batch)
-            except JournalWriteError as e:
-                batch.resolve(str(e))
+        batch = self._batch
+        # While a large write is in flight this tick's puts wait for it (_large_written).
+        if batch is not None and self._large is None:
+            self._batch = None
+            if self._buf_size >= LARGE_WRITE_BYTES and self.executor is not None:
+                try:
+                    self._write_large(batch)
+                except JournalWriteError as e:
+                    batch.resolve(str(e))
+                except OSError as e:
+                    self._write_failed(self.segments[-1], e)
+                    batch.resolve(f"journal write failed: {e.strerror}")
+            else:
+                try:
+                    self.write_buffer()
+                    written.append(batch)
+                except JournalWriteError as e:
+                    batch.resolve(str(e))
         if not self._progress:
             return written  # no confirms this tick
         progress, self._progress = self._progress, []
@@ -510,6 +543,58 @@ class WriterJournal(Flushing):
                 if log_.take_created():  # found by test_power_loss.py: the name must be fsynced too
                     self.sync.new_file()
         return written
+
+    def _write_large(self, batch: Batch) -> None:
+        """Hand the buffer to a worker thread; ``batch`` is acknowledged once it is written."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (offline tools): written here
+            self.write_buffer()
+            if self.sync.written([batch]):
+                self._acknowledge(batch)
+            return
+        if self._fd < 0:
+            self._open_current()
+        seg = self.segments[-1]
+        chunks, size = self._buf, self._buf_size
+        self._buf = []
+        self._buf_size = 0
+        future = large_write.start(self.executor, self._fd, chunks, size)  # type: ignore[arg-type]
+        large = self._large = LargeWrite(future, seg, seg.size, batch, self._fd)
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._large_written, large))
+
+    def _large_written(self, large: LargeWrite) -> None:
+        """The worker thread is done (on the loop); nothing to do if a wait took it already."""
+        if self._large is large:
+            self._finish_large(large.wait())
+
+    def _wait_large(self) -> None:
+        """Block until the large write in flight is done (a rotation, a shutdown)."""
+        large = self._large
+        if large is not None:
+            self._finish_large(large.wait())
+
+    def _finish_large(self, error: BaseException | None) -> None:
+        """The large write ended: its puts are written (acknowledged as a tick's are), or
+        failed with every put buffered behind it; the puts that waited go out next."""
+        large, self._large = self._large, None
+        assert large is not None
+        seg = large.segment
+        if self._batch is not None:
+            # Puts waited behind it: as long again for the next large put (fair shares).
+            now = monotonic()
+            self.pace_until = now + min(now - large.started, MAX_PACE)
+        if error is None:
+            seg.wrote_to(large.end)
+            if self.sync.written([large.batch]):
+                self._acknowledge(large.batch)
+        else:
+            if not isinstance(error, OSError):
+                error = OSError(0, str(error))
+            large.batch.resolve(f"journal write failed: {error.strerror}")
+            self._write_failed(seg, error)
+        if self._batch is not None:
+            self._schedule_flush()
 
     def _acknowledge(self, batch: Batch) -> None:
         """The batch is safe: readers may now read it, then its waiters learn so."""
@@ -525,6 +610,7 @@ class WriterJournal(Flushing):
     def sync_now(self) -> None:
         """Write and fsync everything on the calling thread, then acknowledge it (shutdown)."""
         self._flush_scheduled = False
+        self._wait_large()
         self.sync.sync_now(self._write_tick())
 
     @property

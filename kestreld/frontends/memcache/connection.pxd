@@ -21,6 +21,7 @@ from posix.uio cimport iovec
 # INPUT_PAUSE_LIMIT, checked only while blocked, stays a Python name for the tests).
 cdef Py_ssize_t OUTPUT_FLUSH_SIZE
 cdef Py_ssize_t OUTPUT_HOLD_LIMIT
+cdef Py_ssize_t PACED_BLOCK_BYTES
 cdef int GO, KEEP, LATER, SKIP, STOP
 cdef int BUSY, ITEM, LIMITED, MISS, REFUSED
 cdef int PUT
@@ -58,10 +59,12 @@ cdef class Connection(Sink):
     cdef public bint spilled
     cdef public object transport_closing
     cdef public BusyPoll poll
+    cdef public object paced
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1
     cpdef int block(self, Command command, list args, bytes data, bint quiet) except? -1
+    cpdef int _run_block(self, Command command, list args, bytes data, bint quiet) except? -1
     cpdef bad_block(self, bint quiet)
     cpdef fatal(self, bytes reply)
 

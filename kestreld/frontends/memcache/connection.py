@@ -93,6 +93,11 @@ log = structlog.get_logger("kestreld.frontends")
 
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
+
+#: A set of at least this size may be deferred for its queue's small puts (see block()):
+#: the journal's large-write threshold (kestreld/journal/large_write.py).
+PACED_BLOCK_BYTES = 512 * 1024
+
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
 OUTPUT_FLUSH_SIZE = 256 * 1024
 #: Reply bytes promised but not written (held behind the journal) before requests pause.
@@ -139,6 +144,7 @@ class Connection(Sink):
         "spilled",
         "transport_closing",
         "poll",
+        "paced",
     )
 
     def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
@@ -154,6 +160,8 @@ class Connection(Sink):
         self.fd = -1
         #: Bytes were handed to the transport, which may still hold some of them.
         self.spilled = False
+        #: A large set deferred while its queue gives small puts their turn (see block()).
+        self.paced: tuple | None = None
         #: The transport's is_closing, bound once: a closing transport's descriptor may be
         #: closed already (and its number reused), so nothing is sent to it directly.
         self.transport_closing: Callable[[], bool] | None = None
@@ -286,6 +294,7 @@ class Connection(Sink):
             or self.write_paused
             or self.closing
             or self.out_size > OUTPUT_HOLD_LIMIT
+            or self.paced is not None
         )
 
     def _finish_if_eof(self) -> None:
@@ -399,7 +408,38 @@ class Connection(Sink):
         return KEEP if keep else SKIP
 
     def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
-        """The data block of a kept request (``set``): it was accepted, so it always runs."""
+        """The data block of a kept request (``set``): it was accepted, so it always runs.
+
+        A large one may run a little later: when its queue's last large write kept other
+        puts waiting, it waits as long (``WriterJournal.pace_until``), and so does this
+        connection's input; the queue's small puts are written meanwhile.
+        """
+        if len(data) >= PACED_BLOCK_BYTES:
+            delay = self._pace_delay()
+            if delay > 0:
+                self.paced = (command, args, data, quiet)
+                asyncio.get_running_loop().call_later(delay, self._paced_put)
+                return STOP
+        return self._run_block(command, args, data, quiet)
+
+    def _pace_delay(self) -> float:
+        """How long the large put to ``put_name`` should wait; 0 or less: none."""
+        queue = self.session.queues.queues.get(self.put_name)
+        if queue is None:
+            return 0.0
+        return queue.journal.pace_until - monotonic()
+
+    def _paced_put(self) -> None:
+        """The deferred large set runs now (never deferred twice), then what came after it."""
+        paced, self.paced = self.paced, None
+        if paced is None or self.closed:
+            return
+        command, args, data, quiet = paced
+        self._run_block(command, args, data, quiet)
+        self.flush_out()
+        self._continue()
+
+    def _run_block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
         try:
             if COMPILED:
                 command.run_block(self, args, data)
@@ -621,7 +661,9 @@ class Connection(Sink):
                     log.debug("send_failed", peer=self.peer, error=os.strerror(errno))
                 n = 0
             self.spilled = True
-            self.write_out(b"".join(parts)[n:])  # type: ignore[misc]
+            # What the socket did not take goes to the transport as it is: an item's bytes
+            # are not joined into one copy (8 MiB copied twice on the loop, before).
+            self.transport.writelines(_unsent(parts, n))
             return
         data = b"".join(parts)
         if data:
@@ -742,3 +784,16 @@ class MemcacheConnection(Connection, asyncio.Protocol):
     """One client connection as the event loop sees it: an ``asyncio.Protocol``."""
 
     __slots__ = ()
+
+
+def _unsent(parts: list[bytes], sent: int) -> list[bytes | memoryview]:
+    """``parts`` without their first ``sent`` bytes (the part cut in two: a view, no copy)."""
+    rest: list[bytes | memoryview] = []
+    for part in parts:
+        size = len(part)
+        if sent >= size:
+            sent -= size
+            continue
+        rest.append(memoryview(part)[sent:] if sent else part)
+        sent = 0
+    return rest

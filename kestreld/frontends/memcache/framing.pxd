@@ -19,6 +19,11 @@ cpdef list _split_words(bytes data, Py_ssize_t pos, Py_ssize_t stop)
 
 cdef inline bint _is_space(unsigned char c) noexcept
 
+cdef object _new_block(Py_ssize_t size)
+
+@cython.locals(target=bytes)
+cdef void _fill(object block, Py_ssize_t at, bytes data, Py_ssize_t n)
+
 cdef class Command:
     cdef public bytes word
     cdef public int shape
@@ -46,9 +51,8 @@ cdef class Framing:
     cdef public Command unknown
     cdef public Py_ssize_t max_line
     cdef public bytes buf
-    cdef public list chunks
-    cdef public Py_ssize_t chunk_len
-    cdef public Py_ssize_t need
+    cdef public object block_data
+    cdef public Py_ssize_t filled
     cdef public Py_ssize_t skip
     cdef public Command block_command
     cdef public list block_args
@@ -68,11 +72,12 @@ cdef class Framing:
 
     @cython.locals(n=Py_ssize_t)
     cpdef object receive(self, bytes data)
+    cpdef _block_whole(self)
 
     @cython.locals(
         pos=Py_ssize_t, end=Py_ssize_t, stop=Py_ssize_t, after=Py_ssize_t, nl=Py_ssize_t,
         start=Py_ssize_t, size=Py_ssize_t, n=Py_ssize_t, need=Py_ssize_t, max_line=Py_ssize_t,
         verdict=int, quiet=bint, byte=int, command=Command, table=dict, args=list, rest=bytes,
-        raw=bytes, word=bytes,
+        raw=bytes, word=bytes, whole=object, block=object,
     )
     cpdef parse(self, Sink sink, bytes data)

@@ -8,7 +8,9 @@ a data block is always read, or skipped, before the next line is looked at:
 payload bytes are never taken for a command, whatever they hold.
 
 - A kept block (a ``set`` that may be stored) is buffered until it is whole;
-  a large one is collected as a list of packets, joined once.
+  a large one is copied as it arrives into the bytes object the item will hold
+  (compiled; the plain build fills a bytearray, copied once at the end): no
+  join, no slice, no multi-millisecond copy of an 8 MiB item on the event loop.
 - A skipped block (any other storage command, a refused ``set``) is dropped
   as it arrives: at most one packet is ever held of it.
 - A length that is not a number, negative, or beyond :data:`LENGTH_LIMIT`
@@ -37,7 +39,7 @@ try:
     from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
     from cython.cimports.cpython.list import PyList_New, PyList_SET_ITEM
     from cython.cimports.cpython.ref import Py_INCREF
-    from cython.cimports.libc.string import memchr
+    from cython.cimports.libc.string import memchr, memcpy
 
     COMPILED = cython.compiled
 except (ImportError, AttributeError):  # plain Python (Cython absent, or not compiling)
@@ -46,7 +48,8 @@ except (ImportError, AttributeError):  # plain Python (Cython absent, or not com
 #: The longest data block the framing will skip; memcached's own ceiling (``-I 1024m``).
 #: A longer declared length is answered at once and the connection closed.
 LENGTH_LIMIT = 1 << 30
-#: Bytes of a partial data block below which packets are simply concatenated.
+#: Bytes of a data block up to which a partial one is simply concatenated with what follows;
+#: a longer one is filled in place as it arrives.
 ACCUMULATE_THRESHOLD = 64 * 1024
 
 
@@ -125,9 +128,8 @@ class Framing:
         "unknown",
         "max_line",
         "buf",
-        "chunks",
-        "chunk_len",
-        "need",
+        "block_data",
+        "filled",
         "skip",
         "block_command",
         "block_args",
@@ -146,9 +148,10 @@ class Framing:
         self.unknown = unknown  # the entry for any word not in the table
         self.max_line = max_line
         self.buf = b""  # input not parsed yet
-        self.chunks: list[bytes] | None = None  # a large kept block arriving in pieces
-        self.chunk_len = 0
-        self.need = 0
+        #: A large kept block being filled as it arrives (``filled`` bytes so far); once
+        #: whole, it waits here for its terminator.
+        self.block_data: bytes | bytearray | None = None
+        self.filled = 0
         self.skip = 0  # bytes of a skipped block still to drop
         self.block_command: Command | None = None  # a kept block being read
         self.block_args: list[bytes] | None = None
@@ -174,14 +177,14 @@ class Framing:
     def holds_input(self) -> bool:
         """True when input arrived that is not parsed yet (or a skip is under way):
         new input must go through :meth:`receive`."""
-        return bool(self.buf) or self.skip > 0 or self.chunks is not None
+        return bool(self.buf) or self.skip > 0 or self.block_data is not None
 
     def mid_request(self) -> bool:
         """True when part of a request has arrived (its line or its data block)."""
         return (
             bool(self.buf)
             or self.skip > 0
-            or self.chunks is not None
+            or self.block_data is not None
             or (self.block_command is not None)
         )
 
@@ -203,13 +206,19 @@ class Framing:
             if self.skip or n == len(data):
                 return None
             data = data[n:]
-        if self.chunks is not None:
-            self.chunks.append(data)
-            self.chunk_len += len(data)
-            if self.chunk_len < self.need:
+        block = self.block_data
+        if block is not None and self.filled < self.block_size:
+            n = min(len(data), self.block_size - self.filled)
+            _fill(block, self.filled, data, n)
+            self.filled += n
+            if self.filled < self.block_size:
                 return None
-            data = b"".join(self.chunks)
-            self.chunks = None
+            self._block_whole()
+            if n == len(data):
+                return None  # its terminator comes next
+            data = data[n:]
+            if self.buf:
+                data = self.buf + data
         elif self.buf:
             data = self.buf + data
         self.buf = b""
@@ -224,7 +233,8 @@ class Framing:
         while pos < end:
             command = self.block_command
             if command is not None:
-                stop = pos + self.block_size
+                whole = self.block_data  # arrived before ``data``: its terminator is at pos
+                stop = pos if whole is not None else pos + self.block_size
                 if stop >= end:
                     break
                 after = -1
@@ -239,12 +249,14 @@ class Framing:
                 quiet = self.block_quiet
                 self.block_command = None
                 self.block_args = None
+                self.block_data = None
                 if after < 0:
                     sink.bad_block(quiet)  # nothing stored; the rest of the line is dropped
                     self.drop_line = True
                     pos = stop
                     continue
-                verdict = sink.block(command, args, data[pos:stop], quiet)  # type: ignore[arg-type]
+                block = whole if whole is not None else data[pos:stop]
+                verdict = sink.block(command, args, block, quiet)  # type: ignore[arg-type]
                 pos = after
                 if verdict != GO:
                     break
@@ -342,14 +354,42 @@ class Framing:
                 pos = start
             break
         rest = data[pos:] if pos < end else b""
-        if self.block_command is not None:
-            need = self.block_size + 1  # the block and at least "\n"
-            if need > ACCUMULATE_THRESHOLD and len(rest) < need:
-                self.chunks = [rest]
-                self.chunk_len = len(rest)
-                self.need = need
+        if self.block_command is not None and self.block_data is None:
+            size = self.block_size
+            if size > ACCUMULATE_THRESHOLD and len(rest) <= size:
+                # Filled as it arrives: what came is copied into it once, and never again.
+                self.block_data = _new_block(size)
+                n = len(rest)
+                _fill(self.block_data, 0, rest, n)
+                self.filled = n
+                if n == size:
+                    self._block_whole()
                 rest = b""
         self.buf = rest
+
+    def _block_whole(self) -> None:
+        """The block being filled is complete: the plain build's bytearray becomes bytes."""
+        if not COMPILED:
+            self.block_data = bytes(self.block_data)  # type: ignore[arg-type]
+
+
+def _new_block(size: int) -> bytes | bytearray:
+    """An uninitialised block of ``size`` bytes to fill as it arrives.
+
+    Compiled: the bytes object itself (CPython's idiom for building one; nothing else
+    sees it until it is whole).  Plain: a bytearray, turned into bytes once whole."""
+    if COMPILED:
+        return PyBytes_FromStringAndSize(cython.NULL, size)
+    return bytearray(size)
+
+
+def _fill(block: bytes | bytearray, at: int, data: bytes, n: int) -> None:
+    """Copy ``data[:n]`` into ``block`` at ``at``."""
+    if COMPILED:
+        target = block
+        memcpy(cython.cast(cython.p_char, target) + at, cython.cast(cython.p_char, data), n)
+        return
+    memoryview(block)[at : at + n] = memoryview(data)[:n]  # type: ignore[index]
 
 
 def _find_newline(data: bytes, pos: int, end: int) -> int:
