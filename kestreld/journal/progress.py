@@ -179,6 +179,19 @@ class ProgressLog:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = self.acked_size = os.fstat(self.fd).st_size
 
+    def idle(self) -> bool:
+        """Nothing pending, in flight or being rewritten: the file may be closed."""
+        return not (self._pending or self._jump is not None or self._inflight or self.compacting)
+
+    def close_handle(self) -> None:
+        """Close the descriptor (idle; the next append reopens the file at its end)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def _cut_back(self) -> None:
         if self.fd < 0:
             return

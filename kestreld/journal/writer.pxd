@@ -42,6 +42,11 @@ cdef class WriterJournal(Flushing):
     cdef public Segment put_segment
     cdef public long long put_offset
     cdef public bint _fresh_segment
+    cdef public object handles
+    cdef public bint cached
+    cdef public bint used
+    cdef public list logs
+    cdef public bint changed
 
     cpdef bint available(self) except -1
 

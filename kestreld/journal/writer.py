@@ -27,6 +27,7 @@ from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.fileio import write_chunks
 from kestreld.journal.files import segment_name, unlink_quietly
+from kestreld.journal.handles import HandleCache
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
 from kestreld.journal.segment import Segment, SegmentReader
@@ -76,6 +77,11 @@ class WriterJournal(Flushing):
         "put_segment",
         "put_offset",
         "_fresh_segment",
+        "handles",
+        "cached",
+        "used",
+        "logs",
+        "changed",
     )
 
     def __init__(
@@ -88,6 +94,7 @@ class WriterJournal(Flushing):
         archive_path: str | None = None,
         executor: Executor | None = None,
         tick: Tick | None = None,
+        handles: HandleCache | None = None,
     ) -> None:
         self.folder = folder
         self.queue = queue
@@ -119,6 +126,14 @@ class WriterJournal(Flushing):
         self.put_offset = 0
         #: An fsync failed: the next put starts a new segment (see :meth:`_sync_failed`).
         self._fresh_segment = False
+        #: The server's descriptor budget (kestreld/journal/handles.py); None: no budget.
+        self.handles = handles
+        self.cached = False  # held by the budget: some descriptor may be open
+        self.used = False  # written or read since the budget last passed it over
+        #: The progress files of this queue's readers (closed with the segment when idle).
+        self.logs: list[ProgressLog] = []
+        #: On the tick's changed list: the next checkpoint round visits this queue.
+        self.changed = False
         self.sync = PeriodicSync(
             queue,
             folder,
@@ -370,6 +385,7 @@ class WriterJournal(Flushing):
         if self.segments and stamp <= self.segments[-1].stamp:
             stamp = self.segments[-1].stamp + 1
         path = os.path.join(self.folder, segment_name(self.queue, stamp))
+        self._admit()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         try:
             os.write(fd, codec.WRITER_MAGIC)
@@ -391,6 +407,7 @@ class WriterJournal(Flushing):
         a hole; the file (the same inode: a read-behind's descriptor stays good) gets its
         header again, and the refused puts' ids stay spent, as in a new segment.
         """
+        self._admit()
         fd = os.open(seg.path, os.O_WRONLY | os.O_TRUNC | os.O_APPEND)
         try:
             os.write(fd, codec.WRITER_MAGIC)
@@ -407,6 +424,7 @@ class WriterJournal(Flushing):
         if seg is None:
             self._rotate()
             return
+        self._admit()
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
 
     def write_buffer(self) -> None:
@@ -491,6 +509,13 @@ class WriterJournal(Flushing):
 
     def _write_tick(self) -> list[Batch]:
         """One write for the puts, one append per reader with confirms; the batches written."""
+        if self._batch is None and not self._progress:
+            return []  # nothing this tick (a shutdown's sync of an idle queue)
+        if not self.cached:
+            self._admit()  # its descriptors may open now
+        self.used = True
+        if not self.changed:
+            self.mark_changed()
         written = []
         batch, self._batch = self._batch, None
         if batch is not None:
@@ -527,6 +552,17 @@ class WriterJournal(Flushing):
         self._flush_scheduled = False
         self.sync.sync_now(self._write_tick())
 
+    def write_now(self) -> list[Batch]:
+        """Write everything buffered without an fsync; the batches written (shutdown: one
+        sync of the file system then covers every queue, see :meth:`synced`)."""
+        self._flush_scheduled = False
+        return self._write_tick()
+
+    def synced(self, written: list[Batch], error: str | None) -> None:
+        """The file system holding the journal was synced (``error``: it failed) after
+        ``written`` (from :meth:`write_now`): acknowledge them and every batch waiting."""
+        self.sync.synced(written, error)
+
     @property
     def syncing(self) -> bool:
         """An fsync is running in the background."""
@@ -543,6 +579,57 @@ class WriterJournal(Flushing):
             _close(self._fd)
             self._fd = -1
         self.reader.close()
+        if self.handles is not None:
+            self.handles.release(self)
+
+    def mark_changed(self) -> None:
+        """The next checkpoint round visits this queue (its readers' state may have moved)."""
+        if self.changed:
+            return
+        self.changed = True
+        tick = self.tick
+        if tick is not None:
+            tick.changed.append(self)
+
+    # --- descriptors (the server's budget) --------------------------------------------
+
+    def _admit(self) -> None:
+        """A descriptor opens: the budget holds this journal (and may close idle ones)."""
+        if self.handles is not None and not self.closed:
+            self.handles.admit(self)
+        else:
+            self.cached = True
+
+    def idle(self) -> bool:
+        """Nothing in flight: no buffered put or confirm, no flush due, no fsync pending."""
+        if self._buf or self._batch is not None or self._flush_scheduled or self._progress:
+            return False
+        if not self.sync.idle():
+            return False
+        return all(log_.idle() for log_ in self.logs)
+
+    def close_handles(self) -> bool:
+        """Close every descriptor when idle (the budget's eviction); False when busy.
+
+        The next write reopens the segment in append mode (its size is known, nothing is
+        lost) and the progress files likewise; read-behind reopens what it reads.
+        """
+        if self.closed or not self.idle():
+            return False
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            _close(fd)
+        for log_ in self.logs:
+            log_.close_handle()
+        self.sync.close_retired()
+        self.reader.close()
+        self.cached = False
+        return True
+
+    def open_handles(self) -> int:
+        """Descriptors this journal holds now (its segment, progress files, read-behind)."""
+        count = self.reader.open_count() + sum(1 for log_ in self.logs if log_.fd >= 0)
+        return count + (1 if self._fd >= 0 else 0)
 
     # --- reading back (read-behind) ---------------------------------------------------
 
@@ -571,6 +658,11 @@ class WriterJournal(Flushing):
         self, seg: Segment, offset: int, max_bytes: int
     ) -> tuple[list[codec.Put], int, str | None]:
         """Acknowledged PUTs of ``seg`` from ``offset`` (see :meth:`SegmentReader.read`)."""
+        if not self.cached:
+            self._admit()
+        self.used = True
+        if not self.changed:
+            self.mark_changed()  # read-behind moved: segments behind it may be retired
         return self.reader.read(seg, offset, max_bytes)
 
     def unread(self, head: int, done: set[int], held: set[int]) -> tuple[int, int, list[codec.Put]]:

@@ -20,6 +20,7 @@ cdef class QueueCollection:
     cdef public bint _checkpointing
     cdef public object _compacting
     cdef public Tick tick
+    cdef public object handles
 
     @cython.locals(queue=JournaledQueue)
     cpdef JournaledQueue queue(self, object name, bint create)
