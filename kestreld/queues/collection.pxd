@@ -21,6 +21,8 @@ cdef class QueueCollection:
     cdef public object _compacting
     cdef public Tick tick
     cdef public object handles
+    cdef public set _sweeping
+    cdef public set _unsettled
 
     @cython.locals(queue=JournaledQueue)
     cpdef JournaledQueue queue(self, object name, bint create)
