@@ -193,3 +193,31 @@ def test_an_item_with_an_expiry_among_idle_queues_still_expires_in_the_sweep(lim
     assert stats["queue_soon_items"] == "0"
     assert stats["queue_idle0_items"] == "1"
     c.close()
+
+
+def test_journals_past_the_budget_close_their_descriptors_and_append_at_their_end(tmp_path):
+    from kestreld.journal import codec
+    from kestreld.journal.handles import HandleCache
+    from kestreld.journal.writer import WriterJournal
+
+    cache = HandleCache(max_journals=4)
+    journals = [
+        WriterJournal(
+            str(tmp_path), f"q{i}", max_journal_size=1 << 20, sync_journal=None, handles=cache
+        )
+        for i in range(10)
+    ]
+    for journal in journals:  # no event loop runs: each put is written at once
+        journal.open([])
+        journal.put(1, b"one")
+    assert len(cache) == 4
+    assert sum(journal.open_handles() for journal in journals) == 4
+    for journal in journals:
+        journal.put(2, b"two")  # reopened in append mode
+    for journal in journals:
+        journal.close()
+        (segment,) = journal.segments
+        data = open(segment.path, "rb").read()
+        puts = [r for r in codec.scan(data, codec.MAGIC_SIZE).records if isinstance(r, codec.Put)]
+        assert [(p.id, p.data) for p in puts] == [(1, b"one"), (2, b"two")]
+    assert len(cache) == 0
