@@ -63,22 +63,43 @@ def fill(c: Conn, n: int) -> None:
             assert line == b"STORED", line
 
 
+def stats_reply(c: Conn) -> tuple[float, int]:
+    """(ms, bytes) of one ``stats`` reply, read whole (not line by line: megabytes)."""
+    started = time.perf_counter()
+    c.send("stats\r\n")
+    data = bytearray()
+    while not data.endswith(b"\r\nEND\r\n"):
+        chunk = c.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        data += chunk
+    return (time.perf_counter() - started) * 1000, len(data)
+
+
+def settle(srv: KestreldProcess, n: int) -> None:
+    """Wait for the new queues' first progress files (written and fsynced off the loop)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        names = os.listdir(srv.queue_path)
+        if sum(1 for name in names if ".read." in name and "~~" not in name) >= n:
+            break
+        time.sleep(0.5)
+    time.sleep(2)
+
+
 def measure(n: int, nofile: int | None) -> dict[str, str]:
     folder = tempfile.mkdtemp(prefix="kestreld-idle-")
     try:
         srv = LimitedProcess(os.path.join(folder, "q"), nofile=nofile).start(timeout=120)
         c = Conn(srv.connect(timeout=60))
         fill(c, n)
-        time.sleep(3)  # the first checkpoint round of the new queues passes
         pid = srv.pid
+        settle(srv, n)
         before = cpu_seconds(pid)
         t0 = time.monotonic()
         time.sleep(5)
         idle = (cpu_seconds(pid) - before) / (time.monotonic() - t0) * 100
-        t0 = time.perf_counter()
-        c.send("stats\r\n")
-        size = sum(len(line) + 2 for line in c.until_end())
-        stats_ms = (time.perf_counter() - t0) * 1000
+        stats_ms, size = min(stats_reply(c) for _ in range(3))
         row = {
             "queues": f"{n:,}",
             "RSS": f"{rss_mib(pid):.0f} MiB",
