@@ -170,7 +170,7 @@ class Server:
         theirs are refused with the protocol's error instead of failing to be accepted."""
         was, soft = raise_open_file_limit()
         budget = self.descriptors = descriptor_budget(soft)
-        self.queues.handles.max_journals = budget.journals
+        self.queues.handles.resize(budget.journals)
         log.info(
             "open_file_limit",
             soft_was=was,

@@ -81,6 +81,11 @@ class HandleCache:
         self.evictions = 0
         self._over_logged = False
 
+    def resize(self, max_journals: int | None) -> None:
+        """Hold at most ``max_journals`` journals from now on (the server's share of its limit);
+        the next admission closes the surplus."""
+        self.max_journals = max_journals
+
     def admit(self, journal: Any) -> None:
         """``journal`` opens a descriptor: held from now on; past the budget, idle journals
         used least recently close theirs (a journal used since it was last passed over gets
