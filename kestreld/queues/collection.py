@@ -121,7 +121,6 @@ class QueueCollection:
             for warning in queue.open(found.queues.get(name), configured.get(name, [])):
                 log.warning("journal_repaired", queue=name, problem=warning)
             self._adopt(queue)
-            self._unsettled.add(queue)
             log.info(
                 "queue_loaded",
                 queue=name,
@@ -132,6 +131,9 @@ class QueueCollection:
         self.queues[queue.name] = queue
         queue.sweeps = self._sweeping
         queue.sweep_me()  # the next sweep keeps it only if something in it has a deadline
+        # The next checkpoint round writes its progress files (a new queue's first ones,
+        # also when nothing is ever put to it) and retires what its readers consumed.
+        self._unsettled.add(queue)
         for reader in queue.readers.values():
             reader.forward_expired_to(self._forward_expired)
             reader.punt_aborted_to(self._punt_aborted)
