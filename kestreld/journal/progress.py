@@ -180,8 +180,10 @@ class ProgressLog:
         self.size = self.acked_size = os.fstat(self.fd).st_size
 
     def idle(self) -> bool:
-        """Nothing pending, in flight or being rewritten: the file may be closed."""
-        return not (self._pending or self._jump is not None or self._inflight or self.compacting)
+        """No append in flight (written, its fsync or acknowledgement to come): the
+        descriptor may be closed.  Pending ids and a rewrite need none: the next append
+        opens the file (the new one after a rewrite)."""
+        return not self._inflight
 
     def close_handle(self) -> None:
         """Close the descriptor (idle; the next append reopens the file at its end)."""
