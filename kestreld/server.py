@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import fcntl
 import os
+import resource
 import signal
 import sys
 import time
@@ -27,6 +28,8 @@ from kestreld.frontends.memcache.connection import MemcacheConnection
 from kestreld.frontends.text.connection import TextConnection
 from kestreld.frontends.thrift.connection import ThriftConnection
 from kestreld.journal.files import LOCK_FILE
+from kestreld.journal.handles import DescriptorBudget, descriptor_budget, raise_open_file_limit
+from kestreld.journal.periodic_sync import sync_filesystem
 from kestreld.log import configure_logging, set_log_level
 from kestreld.loop.busy_poll import DEFAULT_LIMIT_US, BusyPoll
 from kestreld.queues import heap
@@ -107,6 +110,8 @@ class Server:
         self.busy_poll = BusyPoll(DEFAULT_LIMIT_US if poll_us is None else poll_us)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
         self.queues = QueueCollection(config, self.executor)
+        #: How the open-file limit is shared (set at start, once the limit is raised).
+        self.descriptors: DescriptorBudget | None = None
         #: The status requests are checked against (the announced one after its grace period).
         self.status = ServerStatus.UP
         #: Why writes / fetches are refused now and who observes latencies, kept current
@@ -161,6 +166,30 @@ class Server:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
 
+    def _share_descriptors(self) -> None:
+        """Raise the soft open-file limit to the hard one, and share it: the journals keep
+        their descriptors within their part (idle ones are closed), and connections past
+        theirs are refused with the protocol's error instead of failing to be accepted."""
+        was, soft = raise_open_file_limit()
+        budget = self.descriptors = descriptor_budget(soft)
+        self.queues.handles.resize(budget.journals)
+        log.info(
+            "open_file_limit",
+            soft_was=was,
+            soft=soft,
+            hard=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+            journals_open_at_most=budget.journals,
+            connections_at_most=min(budget.connections, self.config.max_connections),
+        )
+        self.config = self._capped(self.config)
+
+    def _capped(self, config: ServerConfig) -> ServerConfig:
+        """``config`` with max_connections within the connections' share of descriptors."""
+        budget = self.descriptors
+        if budget is None or config.max_connections <= budget.connections:
+            return config
+        return dataclasses.replace(config, max_connections=budget.connections)
+
     def _load_security(self) -> None:
         """TLS context and auth file from the config (raises StartupError naming the file)."""
         config = self.config
@@ -177,6 +206,7 @@ class Server:
         """Lock the folder, rebuild the queues, listen.  Raises StartupError."""
         self.loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
+        self._share_descriptors()
         self._load_security()
         self._lock_folder()
         try:
@@ -419,7 +449,7 @@ class Server:
         except ConfigError as e:
             log.error("config_reload_failed", source=self.config_path, error=str(e))
             return f"config not reloaded: {e}", []
-        fresh = dataclasses.replace(fresh, **self.overrides)
+        fresh = self._capped(dataclasses.replace(fresh, **self.overrides))
         needs_restart = []
         for key in RESTART_KEYS:
             if getattr(fresh, key) != getattr(self.config, key):
@@ -615,8 +645,18 @@ class Server:
         for conn in list(self.connections):
             conn.close()
         journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
-        for journal in journals:
-            journal.sync_now()
+        # Every journal's buffer is written, then one sync of the file system covers them
+        # all (and the files of idle queues whose descriptors were closed): one fsync per
+        # queue cost seconds with thousands of queues.
+        written = [(journal, journal.write_now()) for journal in journals]
+        error = None
+        if journals:
+            try:
+                await asyncio.to_thread(sync_filesystem, self.config.queue_path)
+            except OSError as e:
+                error = e.strerror or str(e)
+        for journal, batches in written:
+            journal.synced(batches, error)
         deadline = time.monotonic() + 2.0
         while any(j.syncing for j in journals) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)  # background fsyncs resolve their batches

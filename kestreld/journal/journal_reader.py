@@ -121,6 +121,7 @@ class JournalReader:
         self.progress: ProgressLog | None = None
         if journal is not None and path is not None:
             self.progress = ProgressLog(path, self.checkpoint_state, self._progress_acked)
+            journal.logs.append(self.progress)  # closed with the segment when idle
         self.head = 0
         self.done: set[int] = set()
         self.held: set[int] = set()  # ids <= head still owed (open when a flush passed them)
@@ -474,6 +475,8 @@ class JournalReader:
         """The reader is gone: its progress file is closed (and retired by the journal)."""
         self.closed = True
         if self.progress is not None and self.journal is not None:
+            if self.progress in self.journal.logs:
+                self.journal.logs.remove(self.progress)
             self.journal.retire(self.progress.close())
 
     def erase(self) -> None:

@@ -23,6 +23,7 @@ cdef class PeriodicSync:
     cdef public bint _sync_again
     cdef public object _loop
     cdef public object _failed
+    cdef public bint _dirty
 
     @cython.locals(batch=Batch)
     cpdef bint written(self, list batches) except -1

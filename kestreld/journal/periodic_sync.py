@@ -21,6 +21,7 @@ writer, which cuts its files back and starts a new segment.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import time
 from collections.abc import Callable
@@ -66,6 +67,7 @@ class PeriodicSync:
         "_sync_again",
         "_loop",
         "_failed",
+        "_dirty",
     )
 
     def __init__(
@@ -94,6 +96,8 @@ class PeriodicSync:
         self._timer: asyncio.TimerHandle | None = None
         self._sync_again = False  # periodic: written during an fsync, which may not cover it
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The current segment was written since its last fsync (a shutdown skips clean ones).
+        self._dirty = False
 
     # --- what the journal reports -------------------------------------------------------
 
@@ -106,6 +110,7 @@ class PeriodicSync:
         them), False if they wait for the next fsync (acknowledged after it)."""
         if not batches:
             return False
+        self._dirty = True
         if self.sync_journal == 0:
             self._unsynced += batches
             self._start()
@@ -145,6 +150,17 @@ class PeriodicSync:
         """An fsync is running in the background."""
         return self._syncing
 
+    def idle(self) -> bool:
+        """No fsync running, armed or owed: every written batch is acknowledged and synced
+        as the policy demands (the files may be closed)."""
+        return not (self._syncing or self._timer is not None or self._unsynced or self._fds)
+
+    def close_retired(self) -> None:
+        """Close the files no longer written (idle: no fsync owes them anything)."""
+        for fd in self._retired_fds:
+            _close(fd)
+        self._retired_fds = []
+
     # --- syncing --------------------------------------------------------------------------
 
     def _get_loop(self) -> asyncio.AbstractEventLoop:
@@ -157,7 +173,8 @@ class PeriodicSync:
         self._start()
 
     def _take_fds(self) -> tuple[list[int], list[int], str | None]:
-        current = self._current_fd()
+        current = self._current_fd() if self._dirty else -1
+        self._dirty = False
         fds = self._retired_fds + ([current] if current >= 0 else []) + list(self._fds)
         retired, self._retired_fds = self._retired_fds, []
         self._fds = set()
@@ -243,6 +260,23 @@ class PeriodicSync:
             else:
                 batch.resolve(error)
 
+    def synced(self, written: list[Batch], error: str | None) -> None:
+        """The whole file system was synced after ``written`` (shutdown): every file of this
+        journal is durable, or ``error`` says the sync failed."""
+        _, retired, folder = self._take_fds()
+        for fd in retired:
+            _close(fd)
+        if error is not None:
+            log.error("journal_fsync_failed", queue=self.queue, error=error)
+            if folder is not None:
+                self._dir_dirty = True
+        pending, self._unsynced = self._unsynced, []
+        for batch in pending + written:
+            if error is None:
+                self._acknowledge(batch)
+            else:
+                batch.resolve(f"journal fsync failed: {error}")
+
     def close(self) -> None:
         self._sync_again = False
         if self._timer is not None:
@@ -267,6 +301,30 @@ def sync_files(fds: list[int], close_after: list[int], folder: str | None) -> No
     finally:
         for fd in close_after:
             _close(fd)
+
+
+def sync_filesystem(folder: str) -> None:
+    """Write out every file of the file system holding ``folder`` (Linux ``syncfs``: one
+    call for thousands of queues' files instead of one fsync each; ``sync`` elsewhere).
+    Raises OSError."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        syncfs = _syncfs()
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+    finally:
+        os.close(fd)
+
+
+def _syncfs():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syncfs
+    except (OSError, AttributeError):
+        return None
 
 
 def _close(fd: int) -> None:

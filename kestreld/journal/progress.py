@@ -179,6 +179,21 @@ class ProgressLog:
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = self.acked_size = os.fstat(self.fd).st_size
 
+    def idle(self) -> bool:
+        """No append in flight (written, its fsync or acknowledgement to come): the
+        descriptor may be closed.  Pending ids and a rewrite need none: the next append
+        opens the file (the new one after a rewrite)."""
+        return not self._inflight
+
+    def close_handle(self) -> None:
+        """Close the descriptor (idle; the next append reopens the file at its end)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     def _cut_back(self) -> None:
         if self.fd < 0:
             return

@@ -16,6 +16,7 @@ cdef class Tick:
     cdef public Py_ssize_t waiting
     cdef public object _call_soon
     cdef public object _turn_bound
+    cdef public list changed
 
     cpdef bint add(self, Flushing writer) except -1
     cpdef soon(self, object fn)

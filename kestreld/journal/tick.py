@@ -52,6 +52,7 @@ class Tick:
         "waiting",
         "_call_soon",
         "_turn_bound",
+        "changed",
     )
 
     def __init__(self) -> None:
@@ -63,6 +64,14 @@ class Tick:
         self.waiting = 0  # clients waiting for an item: none of their requests can join
         self._call_soon: Any = None  # the loop's call_soon, bound once
         self._turn_bound: Any = None
+        #: Writers that wrote or read since the last checkpoint round took them: the round
+        #: visits these, not every queue (an idle queue costs nothing).
+        self.changed: list[Any] = []
+
+    def take_changed(self) -> list[Any]:
+        """The writers changed since the last call (each marks itself once)."""
+        changed, self.changed = self.changed, []
+        return changed
 
     def add(self, writer: Flushing) -> bool:
         """``writer`` has something to write this tick; False when no loop runs (the caller

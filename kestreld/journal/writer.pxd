@@ -46,6 +46,11 @@ cdef class WriterJournal(Flushing):
     cdef public bint _fresh_segment
     cdef public object _large
     cdef public double pace_until
+    cdef public object handles
+    cdef public bint cached
+    cdef public bint used
+    cdef public list logs
+    cdef public bint changed
 
     cpdef bint available(self) except -1
 

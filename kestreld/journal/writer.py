@@ -14,19 +14,19 @@ whether the write (and fsync) succeeded.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import os
 from collections.abc import Callable
 from concurrent.futures import Executor
 
 import structlog
 
-from kestreld.journal import codec, large_write
+from kestreld.journal import codec, large_write, scan
 from kestreld.journal.batch import Batch
 from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.fileio import write_chunks
 from kestreld.journal.files import segment_name, unlink_quietly
+from kestreld.journal.handles import HandleCache
 from kestreld.journal.large_write import LargeWrite
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
@@ -35,9 +35,6 @@ from kestreld.journal.tick import Flushing, Tick
 
 log = structlog.get_logger("kestreld.journal")
 
-
-#: Start-up scans the segments past a reader's head whole up to this size (exact counts).
-EXACT_SCAN_BYTES = 64 * 1024 * 1024
 
 #: A segment rotates past max_journal_size; a configured size above this (no file grows
 #: to 4 EiB) is taken as this, so the compiled writer compares C integers.
@@ -85,6 +82,11 @@ class WriterJournal(Flushing):
         "_fresh_segment",
         "_large",
         "pace_until",
+        "handles",
+        "cached",
+        "used",
+        "logs",
+        "changed",
     )
 
     def __init__(
@@ -97,6 +99,7 @@ class WriterJournal(Flushing):
         archive_path: str | None = None,
         executor: Executor | None = None,
         tick: Tick | None = None,
+        handles: HandleCache | None = None,
     ) -> None:
         self.folder = folder
         self.queue = queue
@@ -133,6 +136,14 @@ class WriterJournal(Flushing):
         #: A large write kept other puts waiting: a large put waits until this monotonic
         #: time (the front end defers it) so the queue's small puts get their turn.
         self.pace_until = 0.0
+        #: The server's descriptor budget (kestreld/journal/handles.py); None: no budget.
+        self.handles = handles
+        self.cached = False  # held by the budget: some descriptor may be open
+        self.used = False  # written or read since the budget last passed it over
+        #: The progress files of this queue's readers (closed with the segment when idle).
+        self.logs: list[ProgressLog] = []
+        #: On the tick's changed list: the next checkpoint round visits this queue.
+        self.changed = False
         self.sync = PeriodicSync(
             queue,
             folder,
@@ -184,7 +195,7 @@ class WriterJournal(Flushing):
             self.segments.append(seg)
         # The newest is scanned whole (its first id is needed for the ranges below).
         if self.segments:
-            warnings += self._recover_tail(self.segments[-1])
+            warnings += scan.recover_tail(self.segments[-1])
         # Every segment but the newest: the first record gives the id range.
         for seg in self.segments[:-1]:
             with open(seg.path, "rb") as f:
@@ -222,45 +233,6 @@ class WriterJournal(Flushing):
             if isinstance(rec, codec.Put):
                 return rec.id
         return 0
-
-    def _recover_tail(self, seg: Segment) -> list[str]:
-        """Scan the newest segment; cut it at the last complete record."""
-        with open(seg.path, "rb") as f:
-            data = f.read()
-        pos = codec.MAGIC_SIZE
-        first = last = items = nbytes = 0
-        problem = None
-        while True:
-            res = codec.scan(data, pos, include_data=False)
-            for rec in res.records:
-                if isinstance(rec, codec.Put):
-                    if last and rec.id <= last:
-                        problem = f"id {rec.id} after {last} at offset {rec.offset}"
-                        res.pos = rec.offset
-                        break
-                    first = first or rec.id
-                    last = rec.id
-                    items += 1
-                    nbytes += rec.size
-            pos = res.pos
-            if problem:
-                break
-            if res.status == codec.Status.CORRUPT:
-                problem = f"corrupt record at offset {pos}: {res.problem}"
-            elif res.status == codec.Status.MORE and pos < len(data):
-                problem = f"torn record at offset {pos}"
-            elif res.status == codec.Status.END and any(data[pos:]):
-                problem = f"data after the end marker at offset {pos}"
-            break
-        warnings = []
-        if pos < len(data):
-            if problem:
-                warnings.append(f"{seg.path}: {problem}; cut {len(data) - pos} bytes")
-            with open(seg.path, "r+b") as f:
-                f.truncate(pos)
-        seg.holds(first, last, items, nbytes)
-        seg.opened(pos)
-        return warnings
 
     # --- writing ----------------------------------------------------------------------
 
@@ -384,6 +356,7 @@ class WriterJournal(Flushing):
         if self.segments and stamp <= self.segments[-1].stamp:
             stamp = self.segments[-1].stamp + 1
         path = os.path.join(self.folder, segment_name(self.queue, stamp))
+        self._admit()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         try:
             os.write(fd, codec.WRITER_MAGIC)
@@ -405,6 +378,7 @@ class WriterJournal(Flushing):
         a hole; the file (the same inode: a read-behind's descriptor stays good) gets its
         header again, and the refused puts' ids stay spent, as in a new segment.
         """
+        self._admit()
         fd = os.open(seg.path, os.O_WRONLY | os.O_TRUNC | os.O_APPEND)
         try:
             os.write(fd, codec.WRITER_MAGIC)
@@ -421,6 +395,7 @@ class WriterJournal(Flushing):
         if seg is None:
             self._rotate()
             return
+        self._admit()
         self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND)
 
     def write_buffer(self) -> None:
@@ -513,6 +488,13 @@ class WriterJournal(Flushing):
 
     def _write_tick(self) -> list[Batch]:
         """One write for the puts, one append per reader with confirms; the batches written."""
+        if self._batch is None and not self._progress:
+            return []  # nothing this tick (a shutdown's sync of an idle queue)
+        if not self.cached:
+            self._admit()  # its descriptors may open now
+        self.used = True
+        if not self.changed:
+            self.mark_changed()
         written = []
         batch = self._batch
         # While a large write is in flight this tick's puts wait for it (_large_written).
@@ -613,6 +595,17 @@ class WriterJournal(Flushing):
         self._wait_large()
         self.sync.sync_now(self._write_tick())
 
+    def write_now(self) -> list[Batch]:
+        """Write everything buffered without an fsync; the batches written (shutdown: one
+        sync of the file system then covers every queue, see :meth:`synced`)."""
+        self._flush_scheduled = False
+        return self._write_tick()
+
+    def synced(self, written: list[Batch], error: str | None) -> None:
+        """The file system holding the journal was synced (``error``: it failed) after
+        ``written`` (from :meth:`write_now`): acknowledge them and every batch waiting."""
+        self.sync.synced(written, error)
+
     @property
     def syncing(self) -> bool:
         """An fsync is running in the background."""
@@ -629,6 +622,59 @@ class WriterJournal(Flushing):
             _close(self._fd)
             self._fd = -1
         self.reader.close()
+        if self.handles is not None:
+            self.handles.release(self)
+
+    def mark_changed(self) -> None:
+        """The next checkpoint round visits this queue (its readers' state may have moved)."""
+        if self.changed:
+            return
+        self.changed = True
+        tick = self.tick
+        if tick is not None:
+            tick.changed.append(self)
+
+    # --- descriptors (the server's budget) --------------------------------------------
+
+    def _admit(self) -> None:
+        """A descriptor opens: the budget holds this journal (and may close idle ones)."""
+        if self.handles is not None and not self.closed:
+            self.handles.admit(self)
+        else:
+            self.cached = True
+
+    def idle(self) -> bool:
+        """Nothing in flight: no buffered put or confirm, no flush due, no fsync pending."""
+        if self._buf or self._batch is not None or self._flush_scheduled or self._progress:
+            return False
+        if self._large is not None:
+            return False  # a worker thread is writing to the segment's descriptor
+        if not self.sync.idle():
+            return False
+        return all(log_.idle() for log_ in self.logs)
+
+    def close_handles(self) -> bool:
+        """Close every descriptor when idle (the budget's eviction); False when busy.
+
+        The next write reopens the segment in append mode (its size is known, nothing is
+        lost) and the progress files likewise; read-behind reopens what it reads.
+        """
+        if self.closed or not self.idle():
+            return False
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            _close(fd)
+        for log_ in self.logs:
+            log_.close_handle()
+        self.sync.close_retired()
+        self.reader.close()
+        self.cached = False
+        return True
+
+    def open_handles(self) -> int:
+        """Descriptors this journal holds now (its segment, progress files, read-behind)."""
+        count = self.reader.open_count() + sum(1 for log_ in self.logs if log_.fd >= 0)
+        return count + (1 if self._fd >= 0 else 0)
 
     # --- reading back (read-behind) ---------------------------------------------------
 
@@ -657,45 +703,17 @@ class WriterJournal(Flushing):
         self, seg: Segment, offset: int, max_bytes: int
     ) -> tuple[list[codec.Put], int, str | None]:
         """Acknowledged PUTs of ``seg`` from ``offset`` (see :meth:`SegmentReader.read`)."""
+        if not self.cached:
+            self._admit()
+        self.used = True
+        if not self.changed:
+            self.mark_changed()  # read-behind moved: segments behind it may be retired
         return self.reader.read(seg, offset, max_bytes)
 
     def unread(self, head: int, done: set[int], held: set[int]) -> tuple[int, int, list[codec.Put]]:
-        """What a reader restored at ``head`` has left: (items, data bytes, held puts).
-
-        Exact when the segments past ``head`` hold at most :data:`EXACT_SCAN_BYTES`
-        (their record headers are scanned, so ids confirmed out of order, ids
-        lost to a failed batch and expiry headers never skew the counts).  Past
-        that, only the segment holding the head and those holding done or held
-        ids are scanned; the counts of the others come from their size (each
-        item with an expiry counts 8 bytes too many until it is read), so a
-        large backlog does not delay start-up.
-        """
-        items = nbytes = 0
-        found: list[codec.Put] = []
-        low = min(held) if held else head + 1
-        wanted = [s for s in self.segments if s.first_id and s.last_id >= low]
-        exact = sum(s.size for s in wanted) <= EXACT_SCAN_BYTES
-        marked = sorted(done | held)
-        for seg in wanted:
-            if not exact and seg.first_id > head and not _any_within(marked, seg):
-                items += seg.items
-                nbytes += seg.data_bytes
-                continue
-            with open(seg.path, "rb") as f:
-                data = f.read(seg.visible)
-            res = codec.scan(data, codec.MAGIC_SIZE, include_data=bool(held))
-            for rec in res.records:
-                if not isinstance(rec, codec.Put):
-                    continue
-                id_ = rec.id
-                if id_ > head:
-                    if id_ not in done:
-                        items += 1
-                        nbytes += rec.size
-                elif id_ in held:
-                    found.append(rec)
-        found.sort(key=_put_id)
-        return items, nbytes, found
+        """What a reader restored at ``head`` has left: (items, data bytes, held puts);
+        see :func:`kestreld.journal.scan.unread`."""
+        return scan.unread(self.segments, head, done, held)
 
     def reconfigure(
         self, max_journal_size: int, sync_journal: int | None, archive_path: str | None
@@ -735,16 +753,6 @@ class WriterJournal(Flushing):
         for seg in self.segments:
             unlink_quietly(seg.path)
         self.segments = []
-
-
-def _put_id(put: codec.Put) -> int:
-    return put.id
-
-
-def _any_within(ids: list[int], seg: Segment) -> bool:
-    """Some id of the sorted ``ids`` falls in ``seg``'s range."""
-    i = bisect.bisect_left(ids, seg.first_id)
-    return i < len(ids) and ids[i] <= seg.last_id
 
 
 def _close(fd: int) -> None:

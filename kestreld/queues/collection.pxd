@@ -20,6 +20,9 @@ cdef class QueueCollection:
     cdef public bint _checkpointing
     cdef public object _compacting
     cdef public Tick tick
+    cdef public object handles
+    cdef public set _sweeping
+    cdef public set _unsettled
 
     @cython.locals(queue=JournaledQueue)
     cpdef JournaledQueue queue(self, object name, bint create)

@@ -12,6 +12,7 @@ from kestreld.config import ServerConfig
 from kestreld.journal.batch import Batch, joined
 from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import scan_folder
+from kestreld.journal.handles import HandleCache
 from kestreld.journal.journal_reader import Compaction
 from kestreld.journal.retire import retire_segments
 from kestreld.journal.tick import Tick
@@ -61,6 +62,9 @@ class QueueCollection:
         "_checkpointing",
         "_compacting",
         "tick",
+        "handles",
+        "_sweeping",
+        "_unsettled",
     )
 
     def __init__(self, config: ServerConfig, executor: Executor | None = None) -> None:
@@ -68,6 +72,8 @@ class QueueCollection:
         self.executor = executor
         #: Every queue's writer journal flushes in this one callback per event-loop tick.
         self.tick = Tick()
+        #: The journals' share of the open-file limit (the server sets it at start).
+        self.handles = HandleCache()
         self.queues: dict[str, JournaledQueue] = {}
         # Names whose puts go to other queues; an alias masks a queue of its name.
         self.aliases: dict[str, AliasedQueue] = {}
@@ -75,6 +81,12 @@ class QueueCollection:
         self.queue_deletes = 0
         self.queue_expires = 0
         self._checkpointing = False
+        #: The queues the expiry sweep visits: those with something that may expire or
+        #: time out (JournaledQueue.has_deadlines), not every queue.
+        self._sweeping: set[JournaledQueue] = set()
+        #: Queues the next checkpoint round visits besides those whose journal changed
+        #: (loaded ones, and those whose last rewrite failed or was still running).
+        self._unsettled: set[JournaledQueue] = set()
         # The rewrites running off the loop (shutdown waits for them).
         self._compacting: tuple[Future, list[Compaction]] | None = None
 
@@ -103,7 +115,9 @@ class QueueCollection:
             configured.setdefault(q, []).append(r)
             names.add(q)
         for name in sorted(names):
-            queue = JournaledQueue(name, self.config, executor=self.executor, tick=self.tick)
+            queue = JournaledQueue(
+                name, self.config, executor=self.executor, tick=self.tick, handles=self.handles
+            )
             for warning in queue.open(found.queues.get(name), configured.get(name, [])):
                 log.warning("journal_repaired", queue=name, problem=warning)
             self._adopt(queue)
@@ -116,6 +130,11 @@ class QueueCollection:
 
     def _adopt(self, queue: JournaledQueue) -> None:
         self.queues[queue.name] = queue
+        queue.sweeps = self._sweeping
+        queue.sweep_me()  # the next sweep keeps it only if something in it has a deadline
+        # The next checkpoint round writes its progress files (a new queue's first ones,
+        # also when nothing is ever put to it) and retires what its readers consumed.
+        self._unsettled.add(queue)
         for reader in queue.readers.values():
             reader.forward_expired_to(self._forward_expired)
             reader.punt_aborted_to(self._punt_aborted)
@@ -153,7 +172,9 @@ class QueueCollection:
             limit = self.config.max_queues
             if limit is not None and len(self.queues) >= limit and not self._configured(name):
                 raise TooManyQueues(name, limit)
-            queue = JournaledQueue(name, self.config, executor=self.executor, tick=self.tick)
+            queue = JournaledQueue(
+                name, self.config, executor=self.executor, tick=self.tick, handles=self.handles
+            )
             queue.open(
                 None,
                 [
@@ -183,9 +204,10 @@ class QueueCollection:
         if queue is None:
             return None
         reader = queue.reader(rname, create)
-        if reader is not None and reader.on_expired is None:
+        if reader is not None and reader.on_expired is None:  # a new reader
             reader.forward_expired_to(self._forward_expired)
             reader.punt_aborted_to(self._punt_aborted)
+            queue.sweep_me()  # its config may set a timeout
         return reader
 
     def readers(self) -> list[Reader]:
@@ -338,10 +360,18 @@ class QueueCollection:
     # --- periodic work ------------------------------------------------------------------
 
     def sweep(self) -> None:
-        """Expire items, time out open reads, delete idle queues past max_queue_age."""
+        """Expire items, time out open reads, delete idle queues past max_queue_age.
+
+        Only the queues with deadlines are visited; a queue left with none leaves the sweep
+        (a put with an expiry, a new reader or a reload brings it back).
+        """
         now = now_ms()
         mono = monotonic()
-        for queue in list(self.queues.values()):
+        sweeping = self._sweeping
+        for queue in list(sweeping):
+            if queue.deleted or self.queues.get(queue.name) is not queue:
+                sweeping.discard(queue)
+                continue
             for reader in list(queue.readers.values()):
                 limit = reader.config.max_expire_sweep
                 reader.discard_expired(now, limit if limit else None)
@@ -359,9 +389,13 @@ class QueueCollection:
                 and all(r.idle() for r in queue.readers.values())
             ):
                 del self.queues[queue.name]
+                sweeping.discard(queue)
                 queue.erase()
                 self.queue_expires += 1
                 log.info("queue_expired", queue=queue.name)
+            elif not queue.has_deadlines():
+                sweeping.discard(queue)
+                queue.expiring = False
 
     async def checkpoint(self) -> None:
         """Write changed checkpoints (off the loop), then drop dead segments."""
@@ -369,7 +403,21 @@ class QueueCollection:
             return
         self._checkpointing = True
         try:
-            jobs = [job for q in self.queues.values() for job in q.compactions()]
+            # The queues whose journal wrote or read since the last round, and those left
+            # unsettled by it: an idle queue is not visited.
+            visit = self._unsettled
+            self._unsettled = set()
+            for writer in self.tick.take_changed():
+                writer.changed = False
+                queue = self.queues.get(writer.queue)
+                if queue is not None and queue.journal is writer:
+                    visit.add(queue)
+            queues = [q for q in visit if not q.deleted]
+        except BaseException:
+            self._checkpointing = False
+            raise
+        try:
+            jobs = [job for q in queues for job in q.compactions()]
             if jobs:
                 if self.executor is None:
                     _run_all(jobs)
@@ -379,7 +427,7 @@ class QueueCollection:
                     # Cancelled at shutdown: close() waits for the rewrites instead.
                     await asyncio.wrap_future(fut)
                 self._finish_compactions(jobs)
-            for queue in list(self.queues.values()):
+            for queue in queues:
                 if not queue.deleted:
                     dead = queue.remove_dead_segments()
                     if dead:
@@ -393,7 +441,13 @@ class QueueCollection:
                         )
                     for path in dead:
                         log.debug("segment_retired", queue=queue.name, path=path)
+        except BaseException:
+            self._unsettled.update(queues)  # not done: the next round visits them again
+            raise
         finally:
+            for queue in queues:
+                if not queue.deleted and queue.unsettled():
+                    self._unsettled.add(queue)
             self._checkpointing = False
 
     def reconfigure(self, config: ServerConfig) -> None:
@@ -401,6 +455,7 @@ class QueueCollection:
         self._apply_aliases(config)
         for queue in self.queues.values():
             queue.reconfigure(config)
+            queue.sweep_me()  # its deadlines may have changed
         for full in config.configured_readers():
             self.reader(full, create=True)
 

@@ -33,6 +33,8 @@ cdef class JournaledQueue:
     cdef public bint deleted
     cdef public long long max_age
     cdef public long long max_item_size
+    cdef public bint expiring
+    cdef public object sweeps
 
     @cython.locals(reader=Reader)
     cpdef Reader reader(self, str rname, bint create)

@@ -18,6 +18,7 @@ from kestreld.journal.batch import Batch
 from kestreld.journal.checkpoint import read_checkpoint
 from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import QueueFiles, unlink_quietly
+from kestreld.journal.handles import HandleCache
 from kestreld.journal.journal_reader import Compaction
 from kestreld.journal.tick import Tick
 from kestreld.journal.writer import JournalWriteError, WriterJournal
@@ -48,6 +49,10 @@ def observe_stores(
     return previous
 
 
+#: The expiry sweep looks at most this many items of a reader's memory for an expiry.
+SCAN_ITEMS = 1024
+
+
 class QueueFull(Exception):
     """The queue is full and does not discard old items (its fanout readers never refuse)."""
 
@@ -74,6 +79,8 @@ class JournaledQueue:
         "deleted",
         "max_age",
         "max_item_size",
+        "expiring",
+        "sweeps",
     )
 
     def __init__(
@@ -83,6 +90,7 @@ class JournaledQueue:
         *,
         executor: Executor | None = None,
         tick: Tick | None = None,
+        handles: HandleCache | None = None,
     ) -> None:
         self.name = name
         self.server_config = server_config
@@ -101,6 +109,7 @@ class JournaledQueue:
                 archive_path=server_config.archive_path,
                 executor=executor,
                 tick=tick,
+                handles=handles,
             )
         self.readers: dict[str, Reader] = {}
         #: The readers in the dict's order, and the queue's own (""), kept in step with
@@ -120,6 +129,10 @@ class JournaledQueue:
         self.pending_items = 0
         self.pending_bytes = 0
         self.deleted = False
+        #: In ``sweeps``, the queues the expiry sweep visits (see :meth:`has_deadlines`): a
+        #: put of an item with an expiry adds the queue; the sweep drops it once none is left.
+        self.expiring = False
+        self.sweeps: set[JournaledQueue] | None = None
 
     # --- start-up ---------------------------------------------------------------------
 
@@ -227,6 +240,8 @@ class JournaledQueue:
             limit = now + max_age
             if not expire_time or expire_time > limit:
                 expire_time = limit
+        if expire_time and not self.expiring:
+            self.sweep_me()
         readers = self.reader_list
         p_items = self.pending_items
         p_bytes = self.pending_bytes
@@ -374,6 +389,38 @@ class JournaledQueue:
                 else:
                     reader.offer(item, seg, offset, now)
 
+    # --- deadlines -----------------------------------------------------------------------
+
+    def sweep_me(self) -> None:
+        """The expiry sweep visits this queue from now on (until it has no deadline)."""
+        self.expiring = True
+        if self.sweeps is not None:
+            self.sweeps.add(self)
+
+    def has_deadlines(self) -> bool:
+        """Something here may expire or time out: configured ages and timeouts, open reads,
+        items on disk (read-behind) or an item in memory with an expiry (the first
+        :data:`SCAN_ITEMS` looked at; past them, assumed)."""
+        if self.config.max_queue_age:
+            return True
+        for reader in self.reader_list:
+            config = reader.config
+            if config.max_age or config.open_transaction_timeout or reader.open_reads:
+                return True
+            if reader.journal_reader.read_behind is not None:
+                return True
+            for n, item in enumerate(reader.memory.items):
+                if n >= SCAN_ITEMS or item.expire_time:
+                    return True
+        return bool(self.pending_items)  # puts on their way in: looked at once they are in
+
+    def unsettled(self) -> bool:
+        """A reader's progress file is behind its state (a rewrite failed or was running):
+        the next checkpoint round visits the queue again."""
+        if self.journal is None:
+            return False
+        return any(r.journal_reader.dirty for r in self.reader_list)
+
     # --- durability -----------------------------------------------------------------------
 
     def compact_soon(self, reader: Reader) -> None:
@@ -398,7 +445,12 @@ class JournaledQueue:
             reader.finish_compaction(job)
             return
         fut = loop.run_in_executor(self.executor, job.run)
-        fut.add_done_callback(lambda _: reader.finish_compaction(job))
+        fut.add_done_callback(lambda _: self._rewritten(reader, job))
+
+    def _rewritten(self, reader: Reader, job: Compaction) -> None:
+        reader.finish_compaction(job)
+        if self.journal is not None:
+            self.journal.mark_changed()  # the next round retires what the new head freed
 
     def compactions(self) -> list[Compaction]:
         """Rewrites for the readers whose state changed since their last one."""
