@@ -218,6 +218,7 @@ class Connection(Sink):
     def connection_lost(self, exc: Exception | None) -> None:
         client_caused = not self.closing
         self.closing = self.closed = True
+        self.framing.drop_input()
         self.server.connection_closed(self)
         if exc is not None:
             log.info("connection_error", peer=self.peer, error=str(exc))

@@ -68,6 +68,7 @@ cdef class Framing:
     cpdef bint holds_input(self) except -1
     cpdef bint mid_request(self) except -1
     cpdef keep(self, bytes data)
+    cpdef drop_input(self)
     cpdef bytes take_input(self)
 
     @cython.locals(n=Py_ssize_t)

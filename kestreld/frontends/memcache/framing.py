@@ -192,6 +192,15 @@ class Framing:
         """Hold ``data`` (from :meth:`receive`) unparsed: the sink cannot take requests now."""
         self.buf = data
 
+    def drop_input(self) -> None:
+        """The client is gone: let go of whatever part of a request arrived (a large
+        block's buffer is freed now, not when the connection object is collected)."""
+        self.buf = b""
+        self.block_data = None
+        self.filled = 0
+        self.block_command = None
+        self.block_args = None
+
     def take_input(self) -> bytes:
         """The input held by :meth:`keep` (or left by a stopped parse), to parse now."""
         data = self.buf
