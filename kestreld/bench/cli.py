@@ -1,14 +1,16 @@
-"""``kestreld bench`` (``scripts/bench``): load tests for kestreld, side by side with memcached.
+"""``kestreld bench`` (``scripts/bench``): load tests for kestreld, side by side with memcached
+and Darner.
 
-Every command starts its own server(s) on a free loopback port, in a fresh
-queue folder, and stops them when done.  Run ``kestreld bench <command> --help``.
-The instruments of the performance work (hot path, profiles, instances per
-core, ping-pong) are in the repository's ``scripts/lab/``, not in the package.
+Every command starts its own server(s) on a free loopback port, in a fresh queue folder, and
+stops them when done; every command ends the same way (:func:`publish`): the machine and the
+tables on stdout, and as asked a Markdown file and the figures as JSON.  The options are
+defined once (``OPTIONS``) and each command names the ones it takes (``COMMANDS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -16,41 +18,34 @@ import resource
 import shlex
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from kestreld.bench import report
-from kestreld.bench.backlog import backlog_lines, run_backlog
-from kestreld.bench.servers import machine_description
-from kestreld.bench.workloads import (
-    Row,
-    Spec,
-    describe_placement,
-    measure,
-    median_rows,
-    with_changes,
+from kestreld.bench.backlog import backlog_table, run_backlog
+from kestreld.bench.darner_suite import SCENARIOS, SuiteSizes, run_suite, suite_table
+from kestreld.bench.many_queues import queues_table, run_queues
+from kestreld.bench.report import Table
+from kestreld.bench.servers import (
+    darner_path,
+    ensure_memcached,
+    loadavg,
+    machine_description,
+    start_server,
 )
-
-KiB, MiB, GiB = 1024, 1024**2, 1024**3
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": KiB,
-    "kb": KiB,
-    "kib": KiB,
-    "m": MiB,
-    "mb": MiB,
-    "mib": MiB,
-    "g": GiB,
-    "gb": GiB,
-    "gib": GiB,
-}
+from kestreld.bench.workloads import Row, Spec, describe_placement, measure, median_rows
+from kestreld.config.model import ConfigError, parse_size
 
 
 def size_arg(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m[2].lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 64, 1KiB, 16MiB, 1GiB)")
-    return int(m[1]) * _UNITS[m[2].lower()]
+    """``64``, ``1KiB``, ``16MiB``, ``1GiB``: bytes, as the config reads sizes."""
+    try:
+        return parse_size("size", text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 64, 1KiB, 1GiB)") from None
 
 
 def cpu_list(text: str) -> frozenset[int]:
@@ -59,8 +54,7 @@ def cpu_list(text: str) -> frozenset[int]:
     try:
         for part in text.split(","):
             first, _, last = part.strip().partition("-")
-            lo = int(first)
-            hi = int(last) if last else lo
+            lo, hi = int(first), int(last or first)
             if lo < 0 or hi < lo:
                 raise ValueError
             cpus.update(range(lo, hi + 1))
@@ -75,358 +69,223 @@ def cpu_list(text: str) -> frozenset[int]:
     return frozenset(cpus)
 
 
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-# --- arguments ----------------------------------------------------------------------------------------
+# --- the options, each defined once, and the commands that take them -----------------------------
 
+#: name (the attribute it sets) -> (flags, argparse's keywords).
+OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    # a workload
+    "connections": ("-c --connections", dict(type=int, help="connections")),
+    "consumers": ("-c --consumers", dict(type=int, dest="connections", help="consumers")),
+    "producers": ("-p --producers", dict(type=int, help="producer connections")),
+    "readers": ("-r --readers", dict(type=int, help="fanout readers")),
+    "size": ("--size", dict(type=size_arg, help="item size, e.g. 64 or 1KiB")),
+    "items": ("-n --items", dict(type=int, help="upper bound on items")),
+    "depth": ("-d --depth", dict(type=int, help="requests in flight per connection")),
+    "reliable": ("--reliable", dict(action="store_true",
+                 help="reliable reads: get q/close/open per item (memcached: get)")),
+    "wait_ms": ("--wait-ms", dict(type=int, help="consumers' get q/t=<ms>")),
+    "sync_journal": ("--sync-journal", dict(type=int, help="kestreld's sync_journal; "
+                     "0: STORED and confirms only after fsync (group commit)")),
+    "abort_rate": ("--abort-rate", dict(type=float, help="open reads given back (/abort)")),
+    "drop_rate": ("--drop-rate", dict(type=float, help="open reads whose connection drops")),
+    "rate": ("--rate", dict(type=float, help="items/s per producer; 0: flat out")),
+    # where it runs and for how long
+    "server": ("--server", dict(choices=("kestreld", "memcached", "both"),
+               help="the server(s) to run it against")),
+    "instances": ("--instances", dict(type=int, help="kestreld instances, each its own port "
+                  "and folder; connection i of a role goes to instance i %% N")),
+    "seconds": ("--seconds", dict(type=float, help="time bound: no new batch after it")),
+    "procs": ("--procs", dict(type=int, help="load generator processes")),
+    "server_cpus": ("--server-cpus", dict(type=cpu_list, metavar="LIST",
+                    help="run the servers' threads on these CPUs only (e.g. 1)")),
+    "client_cpus": ("--client-cpus", dict(type=cpu_list, metavar="LIST",
+                    help="run the load generator on these CPUs only (e.g. 0)")),
+    "workdir": ("--workdir", dict(help="where queue folders are created (default: $TMPDIR)")),
+    "darner": ("--darner", dict(metavar="PATH", help="a Darner binary to measure beside "
+               "kestreld (default: $DARNER_BIN; without one, the others are measured)")),
+    # compare
+    "quick": ("--quick", dict(action="store_true", help="a small matrix (1 KiB; 1, 100 conns)")),
+    "only": ("--only", dict(metavar="REGEX", help="only rows whose key matches (e.g. 'c100')")),
+    "list": ("--list", dict(action="store_true", help="list the rows instead of running them")),
+    "repeat": ("--repeat", dict(type=int, help="run each row N times, alternating which "
+               "server goes first; report medians")),
+    "backlog": ("--backlog", dict(type=size_arg, metavar="SIZE",
+                help="also run the backlog test with SIZE queued (e.g. 1GiB)")),
+    # backlog
+    "total": ("--size", dict(type=size_arg, help="bytes to queue")),
+    "item_size": ("--item-size", dict(type=size_arg, help="item size")),
+    "max_memory": ("--max-memory", dict(type=size_arg, help="kestreld's max_memory_size")),
+    "drain_seconds": ("--drain-seconds", dict(type=float, help="time bound of the drain")),
+    # darner-suite
+    "scale": ("--scale", dict(type=float, help="Darner's item counts times this")),
+    "flood_connections": ("--connections", dict(type=int_list, help="the flood's connections")),
+    "scenarios": ("--scenarios", dict(help="which of Darner's scenarios")),
+    # queues
+    "counts": ("counts", dict(type=int, nargs="+", metavar="N", help="numbers of queues")),
+    "idle_seconds": ("--idle-seconds", dict(type=float, help="the idle CPU's window")),
+    # what every command prints and writes
+    "markdown": ("--markdown", dict(action="store_true", help="print Markdown tables")),
+    "markdown_file": ("--markdown-file", dict(metavar="FILE",
+                      help="also write the machine and the tables as Markdown")),
+    "json": ("--json", dict(metavar="FILE", help="also write the figures as JSON")),
+}  # fmt: skip
 
-def common(p: argparse.ArgumentParser, *, servers: bool = True) -> None:
-    g = p.add_argument_group("run")
-    if servers:
-        g.add_argument(
-            "--server",
-            choices=("kestreld", "memcached", "both"),
-            default="kestreld",
-            help="which server(s) to run the workload against (default: kestreld)",
-        )
-    g.add_argument(
-        "--seconds",
-        type=float,
-        default=5.0,
-        help="time bound of the measured run: no new batch after it (default: 5)",
-    )
-    g.add_argument(
-        "--procs",
-        type=int,
-        default=2,
-        help="load generator processes, at least one per role (default: 2)",
-    )
-    g.add_argument(
-        "--workdir",
-        default=None,
-        help="where queue folders are created (default: the system temp folder)",
-    )
-    g.add_argument(
-        "--memcached-threads",
-        type=int,
-        default=None,
-        help="memcached -t (default: memcached's own default, 4)",
-    )
-    g.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    g.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    g.add_argument(
-        "--server-cpus",
-        type=cpu_list,
-        metavar="LIST",
-        help="run the servers on these CPUs only, every thread (e.g. 1; default: where the "
-        "scheduler puts them)",
-    )
-    g.add_argument(
-        "--client-cpus",
-        type=cpu_list,
-        metavar="LIST",
-        help="run the load generator's processes on these CPUs only (e.g. 0)",
-    )
-    if servers:
-        g.add_argument(
-            "--instances",
-            type=int,
-            default=1,
-            help="kestreld instances (each its own port and folder); connection i of each "
-            "role goes to instance i %% N, as a client list spreads them (default: 1)",
-        )
+OUTPUT = dict(markdown=False, markdown_file=None, json=None)
+RUN = dict(seconds=5.0, procs=2, server_cpus=None, client_cpus=None, workdir=None, **OUTPUT)
+WORKLOAD = dict(size="1KiB", depth=1, server="kestreld", instances=1, **RUN)
 
-
-def item_args(p: argparse.ArgumentParser, *, items: int, size: int = 1024, depth: int = 1) -> None:
-    g = p.add_argument_group("workload")
-    g.add_argument(
-        "--size", type=size_arg, default=size, help=f"item size, e.g. 64 or 1KiB (default: {size})"
-    )
-    g.add_argument(
-        "-n", "--items", type=int, default=items, help=f"upper bound on items (default: {items:,})"
-    )
-    g.add_argument(
-        "-d",
-        "--depth",
-        type=int,
-        default=depth,
-        help=f"requests in flight per connection (pipelining; default: {depth})",
-    )
+#: command -> (help, description, {option: default}).
+COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "put-many": (
+        "C connections store N items (set-only)",
+        "C connections each store their share of N items into one queue (memcached: "
+        "distinct keys). Kestrel's put-many.",
+        dict(connections=10, items=100_000, sync_journal=None, **WORKLOAD),
+    ),
+    "get-drain": (
+        "C connections drain a prefilled queue",
+        "The queue is prefilled with N items (not measured); C connections then get until it "
+        "is empty (memcached: get the prefilled keys). Each id must arrive exactly once; what "
+        "a time-bounded run leaves is drained and counted after.",
+        dict(connections=10, reliable=False, items=100_000, **WORKLOAD),
+    ),
+    "flood": (
+        "producers and consumers at once (Kestrel's flood)",
+        "P producers and C consumers run at once; consumers use get q/t=ms, or with "
+        "--reliable the open/close loop get q/close/open/t=ms. Checks every item arrives "
+        "exactly once. memcached: set k + get k per item.",
+        dict(producers=1, consumers=1, reliable=False, wait_ms=100, sync_journal=None,
+             items=100_000, **WORKLOAD),
+    ),
+    "leaky-reader": (
+        "reliable readers that give back or drop some items",
+        "P producers, C reliable readers (get q/close/open). Each open item is given back "
+        "with /abort at --abort-rate, or its connection is dropped at --drop-rate; every item "
+        "must still be confirmed exactly once. kestreld only.",
+        dict(producers=1, consumers=10, abort_rate=0.02, drop_rate=0.01, wait_ms=100,
+             items=20_000, **WORKLOAD),
+    ),
+    "fanout": (
+        "producers into a fanout queue read by R readers",
+        "Queue 'fan' (fanout_only) with readers fan+r1..rR; P producers store N items, each "
+        "reader must get every one exactly once. memcached: set k + R x get k.",
+        dict(producers=10, readers=3, wait_ms=100, items=100_000, **WORKLOAD) | dict(depth=16),
+    ),
+    "many-clients": (
+        "many blocked readers, a trickling producer",
+        "C connections wait in get q/t=1000 while P producers trickle items at --rate "
+        "items/s each (Kestrel's many-clients). Every item must reach exactly one reader. "
+        "kestreld only.",
+        dict(consumers=1000, producers=1, rate=1000.0, items=10_000, **WORKLOAD),
+    ),
+    "compare": (
+        "the whole matrix against kestreld, memcached (and Darner), with the targets",
+        "Runs every workload of the matrix against a fresh kestreld, a fresh memcached (and "
+        "a fresh Darner), one after the other, and prints the side-by-side tables, the "
+        "ratios and the targets.",
+        dict(quick=False, only=None, list=False, repeat=1, backlog=0, darner=None, **RUN),
+    ),
+    "backlog": (
+        "RSS with a large backlog, restart to first item, drain rate",
+        "Queues SIZE bytes at max_memory_size MAX, restarts kestreld on it and times spawn "
+        "-> first item served, then drains it on one pipelined connection. Prints RSS at "
+        "each stage.",
+        dict(total="1GiB", item_size="1KiB", max_memory="16MiB", drain_seconds=180.0,
+             procs=2, workdir=None, **OUTPUT),
+    ),
+    "darner-suite": (
+        "Darner's own suite: flood, packing, memory, fairness, hang-ups",
+        "Darner's bench/*.sh scenarios with a client doing what its db does, against "
+        "kestreld and, with --darner (or $DARNER_BIN), Darner.",
+        dict(darner=None, scale=1.0, flood_connections="1,10,100,1000,4000",
+             scenarios="flood,packing,memory,fairness", procs=2, workdir=None, **OUTPUT),
+    ),
+    "queues": (
+        "what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
+        "N queues get 10 items of 100 B each, then sit idle; one row per N.",
+        dict(counts=None, idle_seconds=5.0, workdir=None, **OUTPUT),
+    ),
+}  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kestreld bench",
-        description="Load tests for kestreld (in the spirit of Kestrel's), side by side with memcached. "
-        "Each figure comes with the server's CPU per operation (from /proc/<pid>/stat), its RSS, "
-        "the load generator's own CPU and the CPU the rest of the machine used meanwhile.",
+        description="Load tests for kestreld (in the spirit of Kestrel's), side by side with "
+        "memcached and Darner. Each figure comes with the server's CPU per operation (from "
+        "/proc/<pid>/stat), its RSS, the load generator's own CPU and the CPU the rest of the "
+        "machine used meanwhile.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
         "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
         "  kestreld bench flood --reliable -p 50 -c 50\n"
-        "  kestreld bench compare --markdown-file BENCHMARKS-table.md\n"
+        "  kestreld bench compare --quick --markdown-file compare.md\n"
         "  kestreld bench backlog --size 1GiB --max-memory 16MiB\n"
         "  kestreld bench darner-suite --darner ~/darner/build/darner\n"
         "  kestreld bench queues 1000 10000",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
-    add_workload_parsers(sub)
-    add_compare_parser(sub)
-    add_backlog_parser(sub)
-    p = sub.add_parser(
-        "darner-suite",
-        help="Darner's own suite: flood, packing, memory, fairness, hang-ups",
-        description="Darner's bench/*.sh scenarios with a client doing what its db does, "
-        "against kestreld and, with --darner (or $DARNER_BIN), Darner; prints the table.",
-    )
-    p.add_argument("--darner", metavar="PATH", help="a Darner binary to run beside kestreld")
-    p.add_argument(
-        "--scale", type=float, default=1.0, help="Darner's item counts times this (default: 1)"
-    )
-    p.add_argument(
-        "--connections",
-        default="1,10,100,1000,4000",
-        help="the flood's connection counts (default: 1,10,100,1000,4000)",
-    )
-    p.add_argument(
-        "--scenarios",
-        default="flood,packing,memory,fairness",
-        help="which of Darner's scenarios (default: flood,packing,memory,fairness)",
-    )
-    p.add_argument("--procs", type=int, default=2, help="client processes (default: 2)")
-    p.add_argument("--workdir", default=None, help="where queue folders are created")
-    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    p = sub.add_parser(
-        "queues",
-        help="what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
-        description="N queues get 10 items of 100 B each, then sit idle; one row per N.",
-    )
-    p.add_argument("counts", type=int, nargs="+", metavar="N", help="numbers of queues")
-    p.add_argument("--idle-seconds", type=float, default=5.0, help="idle CPU window (default: 5)")
-    p.add_argument("--workdir", default=None, help="where queue folders are created")
-    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    for command, (summary, description, defaults) in COMMANDS.items():
+        p = sub.add_parser(command, help=summary, description=description)
+        for name, default in defaults.items():
+            flag_text, keywords = OPTIONS[name]
+            flags = flag_text.split()
+            keywords = dict(keywords, default=default)
+            if default not in (None, False):  # 0 and 0.0 too: no default worth saying
+                keywords["help"] += " (default: %(default)s)"
+            if flags[0].startswith("-"):
+                keywords.setdefault("dest", name)
+            p.add_argument(*flags, **keywords)
     return parser
 
 
-DEFAULT = "%s (default: %%(default)s)"
+# --- the commands ----------------------------------------------------------------------------------
 
 
-def add_workload_parsers(sub: argparse._SubParsersAction) -> None:
-    """One command per workload: put-many, get-drain, flood, leaky-reader, fanout, many-clients."""
-    p = sub.add_parser(
-        "put-many",
-        help="C connections store N items (set-only)",
-        description="C connections each store their share of N items into one queue "
-        "(memcached: distinct keys). Kestrel's put-many.",
-    )
-    p.add_argument("-c", "--connections", type=int, default=10, help=DEFAULT % "connections")
-    p.add_argument(
-        "--sync-journal",
-        type=int,
-        help="kestreld sync_journal; 0 = STORED only after fsync (group commit)",
-    )
-    item_args(p, items=100_000)
-    common(p)
+@dataclass(slots=True)
+class Outcome:
+    """What a command measured: its tables, its figures (for --json), whether every check
+    passed, and what the machine's description gains (the Darner binary, the placement)."""
 
-    p = sub.add_parser(
-        "get-drain",
-        help="C connections drain a prefilled queue",
-        description="The queue is prefilled with N items (not measured); C connections "
-        "then get until it is empty (memcached: get the prefilled keys). Each id must "
-        "arrive exactly once; what a time-bounded run leaves is drained and counted after.",
-    )
-    p.add_argument("-c", "--connections", type=int, default=10, help=DEFAULT % "connections")
-    p.add_argument(
-        "--reliable",
-        action="store_true",
-        help="reliable reads: get q/open, then get q/close/open per item (memcached: get)",
-    )
-    item_args(p, items=100_000)
-    common(p)
-
-    p = sub.add_parser(
-        "flood",
-        help="producers and consumers at once (Kestrel's flood)",
-        description="P producers and C consumers run at once; consumers use get q/t=ms, "
-        "or with --reliable the open/close loop get q/close/open/t=ms. Checks every item "
-        "arrives exactly once. memcached: set k + get k per item.",
-    )
-    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
-    p.add_argument("-c", "--consumers", type=int, default=1, help=DEFAULT % "consumer connections")
-    p.add_argument("--reliable", action="store_true", help="consumers use get q/close/open")
-    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "consumers' /t=")
-    p.add_argument(
-        "--sync-journal",
-        type=int,
-        help="kestreld sync_journal; 0 = STORED and confirms only after fsync (group commit)",
-    )
-    item_args(p, items=100_000)
-    common(p)
-
-    p = sub.add_parser(
-        "leaky-reader",
-        help="reliable readers that give back or drop some items",
-        description="P producers, C reliable readers (get q/close/open). Each open item "
-        "is given back with /abort at --abort-rate, or its connection is dropped at "
-        "--drop-rate; every item must still be confirmed exactly once. kestreld only.",
-    )
-    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
-    p.add_argument("-c", "--consumers", type=int, default=10, help=DEFAULT % "reader connections")
-    p.add_argument(
-        "--abort-rate", type=float, default=0.02, help="fraction aborted (default: 0.02)"
-    )
-    p.add_argument("--drop-rate", type=float, default=0.01, help="fraction dropped (default: 0.01)")
-    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "readers' /t=")
-    item_args(p, items=20_000)
-    common(p)
-
-    p = sub.add_parser(
-        "fanout",
-        help="producers into a fanout queue read by R readers",
-        description="Queue 'fan' (fanout_only) with readers fan+r1..rR; P producers store N "
-        "items, each reader must get every one exactly once. memcached: set k + R x get k.",
-    )
-    p.add_argument("-p", "--producers", type=int, default=10, help=DEFAULT % "producer connections")
-    p.add_argument("-r", "--readers", type=int, default=3, help="fanout readers (default: 3)")
-    p.add_argument("--wait-ms", type=int, default=100, help=DEFAULT % "readers' /t=")
-    item_args(p, items=100_000, depth=16)
-    common(p)
-
-    p = sub.add_parser(
-        "many-clients",
-        help="many blocked readers, a trickling producer",
-        description="C connections wait in get q/t=1000 while P producers trickle items at "
-        "--rate items/s each (Kestrel's many-clients). Every item must reach exactly one "
-        "reader. kestreld only.",
-    )
-    p.add_argument(
-        "-c", "--consumers", type=int, default=1000, help=DEFAULT % "waiting connections"
-    )
-    p.add_argument("-p", "--producers", type=int, default=1, help=DEFAULT % "producer connections")
-    p.add_argument(
-        "--rate",
-        type=float,
-        default=1000,
-        help="items/s per producer; 0 = flat out (default: 1000)",
-    )
-    item_args(p, items=10_000)
-    common(p)
+    tables: list[Table]
+    figures: dict[str, Any]
+    ok: bool = True
+    machine: dict[str, str] = field(default_factory=dict)
 
 
-def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    """``compare``: the whole matrix against kestreld, memcached (and Darner)."""
-    p = sub.add_parser(
-        "compare",
-        help="the whole matrix against kestreld and memcached, with the targets",
-        description="Runs every workload of the matrix against a fresh kestreld and a fresh "
-        "memcached (and a fresh Darner with --darner), one after the other, and prints the "
-        "side-by-side table, the kestreld/memcached (and kestreld/Darner) ratios and the targets.",
-    )
-    p.add_argument(
-        "--quick", action="store_true", help="a small matrix (1 KiB; 1 and 100 conns), 1.5 s rows"
-    )
-    p.add_argument("--only", metavar="REGEX", help="only rows whose key matches (e.g. 'c100')")
-    p.add_argument("--list", action="store_true", help="list the rows' keys and exit")
-    p.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="run each row N times (alternating which server goes first); report medians",
-    )
-    p.add_argument(
-        "--backlog",
-        type=size_arg,
-        default=0,
-        metavar="SIZE",
-        help="also run the backlog/restart test with SIZE queued (e.g. 1GiB)",
-    )
-    p.add_argument(
-        "--markdown-file", metavar="FILE", help="write the tables and machine as Markdown"
-    )
-    p.add_argument(
-        "--darner",
-        metavar="PATH",
-        default=None,
-        help="also run Darner (C++ peer speaking Kestrel's protocol) in the same rounds, on the "
-        "set, get and flood rows (default: $DARNER_BIN; without a binary, the run goes on without it)",
-    )
-    common(p, servers=False)
+SPEC_FIELDS = {f.name for f in dataclasses.fields(Spec)} - {"workload"}
 
 
-def add_backlog_parser(sub: argparse._SubParsersAction) -> None:
-    """``backlog``: a large backlog, a restart and the drain."""
-    p = sub.add_parser(
-        "backlog",
-        help="RSS with a large backlog, restart to first item, drain rate",
-        description="Queues SIZE bytes at max_memory_size MAX, restarts kestreld on it "
-        "and times spawn -> first item served, then drains it on one pipelined "
-        "connection. Prints RSS at each stage.",
-    )
-    p.add_argument("--size", type=size_arg, default=GiB, help="bytes to queue (default: 1GiB)")
-    p.add_argument("--item-size", type=size_arg, default=KiB, help="item size (default: 1KiB)")
-    p.add_argument(
-        "--max-memory", type=size_arg, default=16 * MiB, help="max_memory_size (default: 16MiB)"
-    )
-    p.add_argument(
-        "--drain-seconds", type=float, default=180, help="time bound of the drain (default: 180)"
-    )
-    p.add_argument("--workdir", default=None, help="where the queue folder is created")
-    p.add_argument("--procs", type=int, default=2, help="load generator processes while loading")
-    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-
-
-# --- running -------------------------------------------------------------------------------------------
-
-
-def spec_from(args: argparse.Namespace) -> Spec:
-    spec = Spec(
-        args.command,
-        size=args.size,
-        items=args.items,
-        depth=args.depth,
-        seconds=args.seconds,
-        procs=args.procs,
-        instances=args.instances,
-    )
-    if args.command in ("put-many", "get-drain"):
-        spec.connections = args.connections
-    else:
-        spec.producers = args.producers
-    if args.command in ("put-many", "flood"):
-        spec.sync_journal = args.sync_journal
-    if args.command in ("flood", "leaky-reader", "many-clients"):
-        spec.connections = args.consumers
-    if args.command in ("flood", "get-drain"):
-        spec.reliable = args.reliable
-    if args.command == "leaky-reader":
-        spec.abort_rate, spec.drop_rate = args.abort_rate, args.drop_rate
-    if args.command == "fanout":
-        spec.readers = args.readers
-    if args.command == "many-clients":
-        spec.rate = args.rate
-    if hasattr(args, "wait_ms"):
-        spec.wait_ms = args.wait_ms
-    return spec
+def checks_passed(rows: list[Row]) -> bool:
+    return not any(r.errors or "FAILED" in r.check for r in rows)
 
 
 def run_rows(
-    specs: list[Spec], servers: list[str], args: argparse.Namespace, repeat: int = 1
+    specs: list[Spec], servers: list[str], args: argparse.Namespace, darner: str | None = None
 ) -> list[Row]:
     """Every spec against every server; repeated runs follow each other, alternating which
     server goes first, so that both see the same load from the rest of the machine."""
     rows: list[Row] = []
+    repeat = getattr(args, "repeat", 1)
     for i, spec in enumerate(specs, 1):
-        order = [s for r in range(repeat) for s in (servers if r % 2 == 0 else servers[::-1])]
-        for server in order:
+        for server in [s for r in range(repeat) for s in (servers[::-1] if r % 2 else servers)]:
             log(f"[{i}/{len(specs)}] {spec.key} on {server}: {spec.describe()}")
             row = measure(
                 spec,
                 server,
                 workdir=args.workdir,
-                memcached_threads=args.memcached_threads,
-                darner=getattr(args, "darner_bin", None),
+                darner=darner,
                 server_cpus=args.server_cpus,
                 client_cpus=args.client_cpus,
             )
@@ -435,166 +294,93 @@ def run_rows(
                 continue
             rows.append(row)
             log(
-                f"    {row.rate:,.0f} {row.unit}s/s  p99 {row.p99_ms:.2f} ms  server {row.server_us:.1f} us/{row.unit} "
-                f"({row.server_cores:.2f} cores)  client {row.client_cores:.2f} cores  others {row.others_cores:.2f}  "
-                f"RSS {row.rss_mib:.1f} MiB  {row.check}"
+                f"    {row.rate:,.0f} {row.unit}s/s  p99 {row.p99_ms:.2f} ms  server "
+                f"{row.server_us:.1f} us/{row.unit} ({row.server_cores:.2f} cores)  client "
+                f"{row.client_cores:.2f} cores  others {row.others_cores:.2f}  RSS "
+                f"{row.rss_mib:.1f} MiB  {row.check}"
                 + (f"  ({row.placement})" if row.placement else "")
                 + (f"  ERRORS {row.errors}: {row.error_samples}" if row.errors else "")
             )
     return rows
 
 
+def cmd_workload(args: argparse.Namespace) -> Outcome:
+    spec = Spec(args.command, **{k: v for k, v in vars(args).items() if k in SPEC_FIELDS})
+    servers = ["kestreld", "memcached"] if args.server == "both" else [args.server]
+    rows = run_rows([spec], servers, args)
+    table = report.compare_table(rows) if len(servers) > 1 else report.rows_table(rows)
+    return Outcome([table], {"rows": [r.to_json() for r in rows]}, checks_passed(rows))
+
+
 def compare_matrix(quick: bool, seconds: float, procs: int) -> list[Spec]:
+    """The rows of ``compare``; the targets read some of them (report.evaluate)."""
     base = Spec("put-many", seconds=seconds, procs=procs)
-    specs: list[Spec] = []
-    sizes = (1024,) if quick else (64, 1024)
-    conns = (1, 100) if quick else (1, 10, 100, 1000)
 
-    def items(size: int) -> int:
-        return 20_000 if quick else (200_000 if size < 1024 else 100_000)
+    def row(**changes: Any) -> Spec:
+        changes.setdefault("items", 20_000 if quick else 100_000)
+        return dataclasses.replace(base, **changes)
 
+    specs = []
     for workload in ("put-many", "get-drain"):
-        for size in sizes:
-            for c in conns:
-                specs.append(
-                    with_changes(
-                        base, workload=workload, size=size, connections=c, items=items(size)
-                    )
-                )
-            specs.append(
-                with_changes(
-                    base, workload=workload, size=size, connections=1, depth=100, items=items(size)
-                )
-            )
-    n = items(1024)
-    for c in (1, 100):  # reliable reads of a prefilled queue: one get q/close/open per item
-        specs.append(
-            with_changes(base, workload="get-drain", reliable=True, connections=c, items=n)
-        )
-    specs.append(
-        with_changes(base, workload="flood", reliable=True, producers=1, connections=1, items=n)
-    )
-    specs.append(
-        with_changes(base, workload="flood", reliable=True, producers=50, connections=50, items=n)
-    )
-    specs.append(with_changes(base, workload="flood", producers=1, connections=1, items=n))
-    specs.append(with_changes(base, workload="fanout", producers=10, readers=3, depth=16, items=n))
-    specs.append(
-        with_changes(base, workload="leaky-reader", producers=1, connections=10, items=n // 5)
-    )
-    specs.append(
-        with_changes(
-            base,
-            workload="many-clients",
-            producers=1,
-            connections=1000 if not quick else 100,
-            rate=1000,
-            items=int(1000 * seconds),
-        )
-    )
-    for c in (1, 100) if quick else (1, 10, 100):
-        specs.append(
-            with_changes(base, workload="put-many", sync_journal=0, connections=c, items=n)
-        )
+        for size in (1024,) if quick else (64, 1024):
+            items = 20_000 if quick else 200_000 if size < 1024 else 100_000
+            for c in (1, 100) if quick else (1, 10, 100, 1000):
+                specs.append(row(workload=workload, size=size, connections=c, items=items))
+            specs.append(row(workload=workload, size=size, connections=1, depth=100, items=items))
+    specs += [row(workload="get-drain", reliable=True, connections=c) for c in (1, 100)]
+    items = int(1000 * seconds)  # many-clients: a producer at 1,000 items/s for the whole run
+    specs += [
+        row(workload="flood", reliable=True, producers=1, connections=1),
+        row(workload="flood", reliable=True, producers=50, connections=50),
+        row(workload="flood", producers=1, connections=1),
+        row(workload="fanout", producers=10, readers=3, depth=16),
+        row(workload="leaky-reader", producers=1, connections=10, items=4_000 if quick else 20_000),
+        row(workload="many-clients", connections=100 if quick else 1000, rate=1000, items=items),
+    ]
+    specs += [
+        row(workload="put-many", sync_journal=0, connections=c)
+        for c in ((1, 100) if quick else (1, 10, 100))
+    ]
     return specs
 
 
-def write_json(path: str, payload: dict) -> None:
-    Path(path).write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    log(f"wrote {path}")
-
-
-def cmd_workload(args: argparse.Namespace) -> int:
-    spec = spec_from(args)
-    servers = ["kestreld", "memcached"] if args.server == "both" else [args.server]
-    machine = machine_description() if "memcached" in servers else None
-    rows = run_rows([spec], servers, args)
-    print(
-        report.compare_table(rows, args.markdown)
-        if len(servers) > 1
-        else report.rows_table(rows, args.markdown)
-    )
-    if args.json:
-        write_json(
-            args.json,
-            {"machine": machine or machine_description(), "rows": [r.to_json() for r in rows]},
-        )
-    return 1 if any(r.errors or "FAILED" in r.check for r in rows) else 0
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
+def cmd_compare(args: argparse.Namespace) -> Outcome:
     specs = compare_matrix(args.quick, args.seconds, args.procs)
-    if args.only:
-        specs = [s for s in specs if re.search(args.only, s.key)]
+    specs = [s for s in specs if not args.only or re.search(args.only, s.key)]
     if args.list:
-        for s in specs:
-            print(f"{s.key:32} {s.describe()}")
-        return 0
-    from kestreld.bench.servers import darner_path, ensure_memcached
-
+        return Outcome([Table(("row", "workload"), [[s.key, s.describe()] for s in specs])], {})
     ensure_memcached()
-    servers = ["kestreld", "memcached"]
-    args.darner_bin = darner_path(args.darner)
+    darner = darner_path(args.darner)
     wanted = args.darner if args.darner is not None else os.environ.get("DARNER_BIN", "")
-    if args.darner_bin:
-        servers.insert(1, "darner")
-    elif wanted:
+    if wanted and not darner:
         log(f"compare: no Darner binary at {wanted!r}: measured without Darner")
-    machine = machine_description()
-    machine["darner"] = args.darner_bin or "not measured"
-    placement = describe_placement(args.server_cpus, args.client_cpus)
-    if placement:
-        machine["placement"] = placement
-    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    log(f"compare: {len(specs)} workloads x {len(servers)} servers; machine {machine}")
-    runs = run_rows(specs, servers, args, repeat=args.repeat)
+    servers = ["kestreld", "darner", "memcached"] if darner else ["kestreld", "memcached"]
+    log(f"compare: {len(specs)} workloads x {len(servers)} servers")
+    runs = run_rows(specs, servers, args, darner)
     rows = median_rows(runs)
     backlog = None
     if args.backlog:
         backlog = run_backlog(size=args.backlog, workdir=args.workdir, procs=args.procs, log=log)
-    machine["loadavg at end"] = machine_description()["loadavg"]
-    machine["loadavg"] = machine.pop("loadavg")
     targets = report.evaluate(rows, backlog)
-    command = "kestreld bench " + " ".join(shlex.quote(a) for a in args.argv)
-
-    def tables(markdown: bool) -> list[str]:
-        out = [report.compare_table(rows, markdown)]
-        if report.has_darner(rows):
-            out.append(report.darner_table(rows, markdown))
-        if backlog:
-            out.append(report.table(("backlog", "figure"), backlog_lines(backlog), markdown))
-        return [*out, report.targets_table(targets, markdown)]
-
-    print()
-    if placement:
-        print(f"Placement: {placement}\n")
-    print("\n\n".join(tables(args.markdown)))
-    if args.markdown_file:
-        head = [f"Run {started}: `{command}`", "", "Machine:", *report.machine_lines(machine)]
-        Path(args.markdown_file).write_text("\n\n".join(["\n".join(head), *tables(True)]) + "\n")
-        log(f"wrote {args.markdown_file}")
-    if args.json:
-        write_json(
-            args.json,
-            {
-                "command": command,
-                "started": started,
-                "machine": machine,
-                "rows": [r.to_json() for r in rows],
-                "runs": [r.to_json() for r in runs],
-                "backlog": backlog,
-                "targets": [
-                    dict(zip(report.TARGET_COLUMNS, t.cells(), strict=True)) for t in targets
-                ],
-            },
-        )
-    return 1 if any(r.errors or "FAILED" in r.check for r in rows) else 0
+    tables = [report.compare_table(rows)]
+    tables += [report.darner_table(rows)] if darner else []
+    tables += [backlog_table(backlog)] if backlog else []
+    figures = {
+        "rows": [r.to_json() for r in rows],
+        "runs": [r.to_json() for r in runs],
+        "backlog": backlog,
+        "targets": [dict(zip(report.TARGET_COLUMNS, t.cells(), strict=True)) for t in targets],
+    }
+    machine = {"darner": darner or "not measured"}
+    if placement := describe_placement(args.server_cpus, args.client_cpus):
+        machine["placement"] = placement
+    tables.append(report.targets_table(targets))
+    return Outcome(tables, figures, checks_passed(rows), machine)
 
 
-def cmd_backlog(args: argparse.Namespace) -> int:
-    machine = machine_description()
+def cmd_backlog(args: argparse.Namespace) -> Outcome:
     b = run_backlog(
-        size=args.size,
+        size=args.total,
         item_size=args.item_size,
         max_memory=args.max_memory,
         drain_seconds=args.drain_seconds,
@@ -602,15 +388,9 @@ def cmd_backlog(args: argparse.Namespace) -> int:
         procs=args.procs,
         log=log,
     )
-    machine["loadavg at end"] = machine_description()["loadavg"]
-    print(f"machine: {machine}")
-    print(report.table(("backlog", "figure"), backlog_lines(b)))
     targets = [t for t in report.evaluate([], b) if t.value is not None]
-    print()
-    print(report.targets_table(targets))
-    if args.json:
-        write_json(args.json, {"machine": machine, "backlog": b})
-    return 1 if "FAILED" in b["check"] else 0
+    tables = [backlog_table(b), report.targets_table(targets)]
+    return Outcome(tables, {"backlog": b}, "FAILED" not in b["check"])
 
 
 def raise_open_file_limit() -> None:
@@ -621,54 +401,77 @@ def raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def cmd_darner_suite(args: argparse.Namespace) -> int:
-    from kestreld.bench.darner_suite import SuiteSizes, run_suite, suite_rows
-    from kestreld.bench.servers import DarnerServer, KestreldServer, darner_path
-
+def cmd_darner_suite(args: argparse.Namespace) -> Outcome:
+    scenarios = args.scenarios.split(",")
+    if unknown := set(scenarios) - set(SCENARIOS):
+        raise SystemExit(
+            f"darner-suite: no scenario {', '.join(sorted(unknown))} ({', '.join(SCENARIOS)})"
+        )
     raise_open_file_limit()
-    sizes = SuiteSizes(args.scale, tuple(int(c) for c in args.connections.split(",")))
-    starts = {"kestreld": lambda: KestreldServer(workdir=args.workdir)}
+    sizes = SuiteSizes(args.scale, tuple(args.flood_connections))
     darner = darner_path(args.darner)
-    if darner:
-        starts["Darner"] = lambda: DarnerServer(darner, workdir=args.workdir)
-    elif args.darner:
+    if args.darner and not darner:
         log(f"darner-suite: no Darner binary at {args.darner!r}: kestreld only")
     figures = {}
-    for name, start in starts.items():
+    for name in ["kestreld", "Darner"] if darner else ["kestreld"]:
         log(f"darner-suite: {name}")
-        figures[name] = run_suite(start, sizes, args.procs, log, args.scenarios.split(","))
-    header, *rows = suite_rows(figures, sizes)
-    print(f"machine: {machine_description()}")
-    print(report.table(header, rows, args.markdown))
-    return 0 if all(f.alive or not f.hangups for f in figures.values()) else 1
+        start = partial(start_server, name.lower(), workdir=args.workdir, darner=darner)
+        figures[name] = run_suite(start, sizes, args.procs, log, scenarios)
+    ok = all(f.alive or not f.hangups for f in figures.values())
+    return Outcome(
+        [suite_table(figures, sizes)], {n: dataclasses.asdict(f) for n, f in figures.items()}, ok
+    )
 
 
-def cmd_queues(args: argparse.Namespace) -> int:
-    from kestreld.bench.many_queues import QUEUES_HEADER, queues_row, run_queues
-
+def cmd_queues(args: argparse.Namespace) -> Outcome:
     raise_open_file_limit()
-    rows = [
-        queues_row(run_queues(n, idle_seconds=args.idle_seconds, workdir=args.workdir, log=log))
+    runs = [
+        run_queues(n, idle_seconds=args.idle_seconds, workdir=args.workdir, log=log)
         for n in args.counts
     ]
-    print(f"machine: {machine_description()}")
-    print(report.table(QUEUES_HEADER, rows, args.markdown))
-    return 0
+    return Outcome([queues_table(runs)], {"queues": runs})
+
+
+# --- what every command ends with -------------------------------------------------------------------
+
+
+def publish(args: argparse.Namespace, outcome: Outcome, run: dict[str, Any]) -> None:
+    """The run (command, start, machine) and the tables on stdout, as Markdown with
+    --markdown; the same in Markdown with --markdown-file; the figures with --json."""
+    head = [f"Run {run['started']}: `{run['command']}`", "", "Machine:"]
+    head += [f"- {k}: {v}" for k, v in run["machine"].items()]
+
+    def text(markdown: bool) -> str:
+        return "\n\n".join(["\n".join(head), *(t.render(markdown) for t in outcome.tables)]) + "\n"
+
+    print(text(args.markdown), end="")
+    if args.markdown_file:
+        Path(args.markdown_file).write_text(text(True))
+        log(f"wrote {args.markdown_file}")
+    if args.json:
+        figures = run | outcome.figures
+        Path(args.json).write_text(json.dumps(figures, indent=2, default=str) + "\n")
+        log(f"wrote {args.json}")
+
+
+RUNNERS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
+    "compare": cmd_compare,
+    "backlog": cmd_backlog,
+    "darner-suite": cmd_darner_suite,
+    "queues": cmd_queues,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    args.argv = argv  # for the report's command line
-    if args.command == "compare":
-        return cmd_compare(args)
-    if args.command == "backlog":
-        return cmd_backlog(args)
-    if args.command == "darner-suite":
-        return cmd_darner_suite(args)
-    if args.command == "queues":
-        return cmd_queues(args)
-    return cmd_workload(args)
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    machine = machine_description()
+    outcome = RUNNERS.get(args.command, cmd_workload)(args)
+    machine |= outcome.machine | {"loadavg at end": loadavg()}
+    run = {"command": f"kestreld bench {shlex.join(argv)}", "started": started, "machine": machine}
+    publish(args, outcome, run)
+    return 0 if outcome.ok else 1
 
 
 if __name__ == "__main__":

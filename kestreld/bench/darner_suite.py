@@ -16,9 +16,10 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from kestreld.bench.servers import rss
+from kestreld.bench.report import Table
+from kestreld.bench.servers import KestreldServer, PeerServer, rss
+from kestreld.testing.process import Conn
 
 QUEUE = b"db_bench"
 MiB = 1024 * 1024
@@ -215,19 +216,18 @@ SCENARIOS = {"flood": _flood, "packing": _packing, "memory": _memory, "fairness"
 
 
 def run_suite(
-    start_server: Callable[[], Any],
+    start: Callable[[], KestreldServer | PeerServer],
     sizes: SuiteSizes,
     procs: int,
     log: Callable[[str], None],
     scenarios: Iterable[str] = SCENARIOS,
 ) -> SuiteFigures:
-    """The scenarios, each against a fresh server from ``start_server()`` (``start()``,
-    ``port``, ``pid``, ``stop()``), as Darner's scripts run them."""
+    """The scenarios, each against a fresh server from ``start()``, as Darner's scripts run
+    them."""
     f = SuiteFigures()
     for name in scenarios:
         started = time.perf_counter()
-        server = start_server()
-        server.start()
+        server = start()
         try:
             SCENARIOS[name](server.port, server.pid, sizes, procs, f)
         finally:
@@ -246,34 +246,35 @@ def _flood_large(port: int, sets: int) -> None:
 
 def _alive(port: int) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(b"version\r\n")
-            return s.recv(100).startswith(b"VERSION")
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            conn = Conn(sock)
+            conn.send(b"version\r\n")
+            return conn.line().startswith(b"VERSION")
     except OSError:
         return False
 
 
-def suite_rows(figures: dict[str, SuiteFigures], sizes: SuiteSizes) -> list[list[str]]:
-    """The issue's first table: a row per scenario, a column per server."""
-    names = list(figures)
+def suite_table(figures: dict[str, SuiteFigures], sizes: SuiteSizes) -> Table:
+    """Darner's table: a row per scenario, a column per server."""
 
     def row(label: str, cell: Callable[[SuiteFigures], str]) -> list[str]:
-        return [label, *(cell(figures[name]) for name in names)]
+        return [label, *(cell(f) for f in figures.values())]
 
-    def rates(values: list[float]) -> str:
+    def rates(values: Iterable[float]) -> str:
         return " / ".join(f"{v / 1000:.1f}k" for v in values if v) or "-"
+
+    def mib(values: Iterable[float]) -> str:
+        return " / ".join(f"{v:.0f}" for v in values)
 
     conns = " / ".join(f"{c:,}" for c in sizes.connections)
     packing = " / ".join(f"{i:,}" for i in sizes.packing)
     drained = " / ".join(f"{i:,}" for i in sizes.drained)
-    backlog = sizes.n(1_048_576)
-    return [
-        ["Darner's suite", *names],
-        row(f"flood, 64 B, {conns} connections (req/s)", lambda f: rates(list(f.flood.values()))),
+    rows = [
+        row(f"flood, 64 B, {conns} connections (req/s)", lambda f: rates(f.flood.values())),
         row(
             f"packing: {sizes.n(100_000):,} sets + gets after growing the queue to {packing} "
             "items of 1 KiB (req/s)",
-            lambda f: rates(list(f.packing.values())),
+            lambda f: rates(f.packing.values()),
         ),
         row(
             "fairness: 64 B sets/s while one client floods 8 MiB items",
@@ -282,14 +283,13 @@ def suite_rows(figures: dict[str, SuiteFigures], sizes: SuiteSizes) -> list[list
         row(
             f"resident memory after growing to and draining {drained} items of 1 KiB (idle first)",
             lambda f: (
-                " / ".join(f"{v:.0f}" for v in f.drained_rss.values())
-                + f" MiB (idle {f.idle_rss:.0f})"
+                f"{mib(f.drained_rss.values())} MiB (idle {f.idle_rss:.0f})"
                 if f.drained_rss
                 else "-"
             ),
         ),
         row(
-            f"resident memory with {backlog:,} items queued",
+            f"resident memory with {sizes.n(1_048_576):,} items queued",
             lambda f: f"{f.backlog_rss:.0f} MiB" if f.backlog_rss else "-",
         ),
         row(
@@ -299,3 +299,4 @@ def suite_rows(figures: dict[str, SuiteFigures], sizes: SuiteSizes) -> list[list
             ),
         ),
     ]
+    return Table(["Darner's suite", *figures], rows)

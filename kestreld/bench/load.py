@@ -16,13 +16,17 @@ stall timeout.
 from __future__ import annotations
 
 import array
+import contextlib
 import multiprocessing as mp
 import os
+import queue
 import random
 import select
 import socket
+import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 ID_DIGITS = 16
@@ -69,7 +73,7 @@ class Role:
 
 @dataclass(slots=True)
 class RoleResult:
-    """What a role's connections did, merged over its workers."""
+    """What a role's connections did: one worker's tally, then the merge of its workers'."""
 
     role: Role
     requests: int = 0  # replies received
@@ -78,31 +82,41 @@ class RoleResult:
     errors: int = 0
     aborted: int = 0
     dropped: int = 0
+    cpu: float = 0.0  # client CPU seconds
     error_samples: list[str] = field(default_factory=list)
     latencies: array.array = field(default_factory=lambda: array.array("d"))
     first: float = 0.0
     last: float = 0.0  # the last reply that counted an item
-    cpu: float = 0.0  # client CPU seconds
-    ids: bytes | None = None  # per id: how many times it arrived (saturating at 255)
+    ids: bytearray | None = None  # per id: how many times it arrived (saturating at 255)
 
-    def merge(self, part: dict) -> None:
-        self.requests += part["requests"]
-        self.items += part["items"]
-        self.misses += part["misses"]
-        self.errors += part["errors"]
-        self.aborted += part["aborted"]
-        self.dropped += part["dropped"]
-        self.error_samples += part["error_samples"][: 5 - len(self.error_samples)]
-        lat = array.array("d")
-        lat.frombytes(part["latencies"])
-        self.latencies.extend(lat)
-        if part["first"]:
-            self.first = min(self.first, part["first"]) if self.first else part["first"]
-        self.last = max(self.last, part["last"])
-        self.cpu += part["cpu"]
-        if part["ids"] is not None:
-            ids = part["ids"]
-            self.ids = ids if self.ids is None else bytes(map(_add_saturating, self.ids, ids))
+    def error(self, what: str) -> None:
+        self.errors += 1
+        if len(self.error_samples) < 5:
+            self.error_samples.append(what)
+
+    def count_id(self, id_: int) -> None:
+        ids = self.ids
+        assert ids is not None
+        if 0 <= id_ < len(ids):
+            if ids[id_] < 255:
+                ids[id_] += 1
+        else:
+            self.error(f"unknown item id {id_}")
+
+    def merge(self, part: RoleResult) -> None:
+        for name in ("requests", "items", "misses", "errors", "aborted", "dropped", "cpu"):
+            setattr(self, name, getattr(self, name) + getattr(part, name))
+        self.error_samples += part.error_samples[: 5 - len(self.error_samples)]
+        self.latencies.extend(part.latencies)
+        self.first = min((t for t in (self.first, part.first) if t), default=0.0)
+        self.last = max(self.last, part.last)
+        if part.ids is not None:
+            if self.ids is None:
+                self.ids = part.ids
+            else:
+                self.ids = bytearray(
+                    min(255, a + b) for a, b in zip(self.ids, part.ids, strict=True)
+                )
 
     def percentiles(self, *qs: float) -> list[float]:
         """Batch latencies (seconds) at these quantiles; 1.0 is the maximum."""
@@ -111,24 +125,12 @@ class RoleResult:
             return [0.0 for _ in qs]
         return [lat[min(len(lat) - 1, int(q * (len(lat) - 1) + 0.5))] for q in qs]
 
-    def exactly_once(self) -> tuple[int, int]:
-        """(missing ids, ids that arrived more than once)."""
-        if self.ids is None:
-            return (0, 0)
-        missing = self.ids.count(0)
-        return missing, len(self.ids) - missing - self.ids.count(1)
-
-
-def _add_saturating(a: int, b: int) -> int:
-    return min(255, a + b)
-
 
 @dataclass(slots=True)
 class LoadResult:
     roles: dict[str, RoleResult]
     started: float  # perf_counter when the barrier opened
     ended: float  # when the last worker reported
-    workers: int
 
     @property
     def client_cpu(self) -> float:
@@ -141,11 +143,7 @@ class LoadResult:
         return max(1e-9, last - self.started)
 
 
-# --- requests and items ------------------------------------------------------------------
-
-
-def item_data(id_: int, size: int) -> bytes:
-    return (b"%016d" % id_) + b"x" * (size - ID_DIGITS)
+# --- connections ------------------------------------------------------------------------------
 
 
 def _set_format(role: Role, distinct: bool | None = None) -> bytes:
@@ -158,14 +156,12 @@ def _set_format(role: Role, distinct: bool | None = None) -> bytes:
     return b"set %s 0 0 %d\r\n" % (role.queue.encode(), role.size) + tail
 
 
-# --- connections ------------------------------------------------------------------------------
-
-
 class Connection:
     """One socket and its batch in flight.  Subclasses say what to send and what a reply means."""
 
     def __init__(self, worker: Worker, role: Role, index: int) -> None:
         self.worker = worker
+        self.tally = worker.tally
         self.role = role
         self.index = index
         self.sock = worker.connect(index)
@@ -198,19 +194,14 @@ class Connection:
 
     # the mechanics
     def send_next(self) -> None:
-        w = self.worker
-        if time.perf_counter() >= w.deadline:
-            self.close()
-            return
-        batch = self.next_batch()
+        batch = self.next_batch() if time.perf_counter() < self.worker.deadline else None
         if batch is None:
             self.close()
             return
         data, self.expected, self.batch_items = batch
-        self.items_at_send = w.items
+        self.items_at_send = self.tally.items
         self.sent_at = time.perf_counter()
-        if w.first == 0.0:
-            w.first = self.sent_at
+        self.tally.first = self.tally.first or self.sent_at
         self.sock.sendall(data)
 
     def on_data(self, data: bytes) -> None:
@@ -229,7 +220,7 @@ class Connection:
                 if n < end:
                     break
                 if buf[start + size : end] != VALUE_END:
-                    self.worker.error(f"reply out of step after {size}-byte value")
+                    self.tally.error(f"reply out of step after {size}-byte value")
                     self.close()
                     return
                 self.on_value(buf, start, size)
@@ -241,32 +232,30 @@ class Connection:
                 self.on_line(bytes(buf[pos:eol]))
                 pos = eol + 2
             self.expected -= 1
-            self.worker.requests += 1
+            self.tally.requests += 1
         if pos:
             del buf[:pos]
         if not self.expected and not self.done:
             self.batch_done()
 
     def batch_done(self) -> None:
-        w = self.worker
+        t = self.tally
         now = time.perf_counter()
-        w.latencies.append(now - self.sent_at)
-        if w.items != self.items_at_send:
-            w.last = now  # the window ends at the last reply that counted an item
+        t.latencies.append(now - self.sent_at)
+        if t.items != self.items_at_send:
+            t.last = now  # the window ends at the last reply that counted an item
         if self.batch_finished():
             self.close()
-        elif self.role.rate > 0:
+            return
+        if self.role.rate > 0:
             # On a fixed timeline, so that sleeps rounded up to epoll's 1 ms keep the average.
             self.paced += self.batch_items
-            if not self.pace_start:
-                self.pace_start = self.sent_at
+            self.pace_start = self.pace_start or self.sent_at
             due = self.pace_start + self.paced / self.role.rate
             if due > now:
-                w.sleep(self, due)
+                self.worker.sleeping.append((due, self))
                 return
-            self.send_next()
-        else:
-            self.send_next()
+        self.send_next()
 
     def close(self) -> None:
         if self.done:
@@ -275,7 +264,7 @@ class Connection:
         try:
             self.finish()
         except OSError as e:
-            self.worker.error(f"finish: {e}")
+            self.tally.error(f"finish: {e}")
         self.worker.forget(self)
         self.sock.close()
 
@@ -293,18 +282,17 @@ class SetConnection(Connection):
 
     def __init__(self, worker: Worker, role: Role, index: int) -> None:
         super().__init__(worker, role, index)
-        lo, hi = role.id_range(index)
-        fmt = _set_format(role)
+        self.lo, self.hi = role.id_range(index)
+        self.next_id = self.reply_id = self.lo
+        self.fmt = _set_format(role)
         self.copies = 2 if role.distinct_keys else 1  # the format takes a key's id, then the item's
         depth = role.depth
-        self.lo, self.hi, self.next_id, self.fmt = lo, hi, lo, fmt
         self.batches = (
-            [self._batch(i, min(depth, hi - i)) for i in range(lo, hi, depth)]
+            [self._batch(i, min(depth, self.hi - i)) for i in range(self.lo, self.hi, depth)]
             if worker.prebuild
             else None
         )
         self.batch_no = 0
-        self.reply_id = lo
 
     def next_batch(self) -> tuple[bytes, int, int] | None:
         i = self.next_id
@@ -313,12 +301,10 @@ class SetConnection(Connection):
         n = min(self.role.depth, self.hi - i)
         self.next_id = i + n
         self.reply_id = i  # the id the next STORED stands for
-        if self.batches is not None:
-            data = self.batches[self.batch_no]
-            self.batch_no += 1
-        else:
-            data = self._batch(i, n)
-        return data, n, n
+        if self.batches is None:
+            return self._batch(i, n), n, n
+        self.batch_no += 1
+        return self.batches[self.batch_no - 1], n, n
 
     def _batch(self, first: int, n: int) -> bytes:
         ids = tuple(i for i in range(first, first + n) for _ in range(self.copies))
@@ -326,30 +312,30 @@ class SetConnection(Connection):
 
     def on_data(self, data: bytes) -> None:
         n = self.expected
-        if not self.buf and len(data) == 8 * n and data == STORED * n:
-            w = self.worker
-            w.requests += n
-            w.items += n
-            if w.ids is not None:
+        if not self.buf and len(data) == 8 * n and data == STORED * n:  # the usual whole batch
+            t = self.tally
+            t.requests += n
+            t.items += n
+            if t.ids is not None:
                 for i in range(self.reply_id, self.reply_id + n):
-                    w.count_id(i)
+                    t.count_id(i)
             self.expected = 0
             self.batch_done()
         else:
             super().on_data(data)
 
     def on_line(self, line: bytes) -> None:
-        w = self.worker
+        t = self.tally
         if line == b"STORED":
-            w.items += 1
-            if w.ids is not None:
-                w.count_id(self.reply_id)
+            t.items += 1
+            if t.ids is not None:
+                t.count_id(self.reply_id)
         else:
-            w.error(line.decode("ascii", "replace"))
+            t.error(line.decode("ascii", "replace"))
         self.reply_id += 1
 
     def on_value(self, buf: bytearray, start: int, size: int) -> None:
-        self.worker.error("VALUE in reply to set")
+        self.tally.error("VALUE in reply to set")
 
 
 class GetConnection(Connection):
@@ -358,20 +344,11 @@ class GetConnection(Connection):
 
     def __init__(self, worker: Worker, role: Role, index: int) -> None:
         super().__init__(worker, role, index)
-        if role.distinct_keys:
-            self.lo, self.hi = role.id_range(index)
-            self.quota = self.hi - self.lo
-        else:
-            wait = b"/t=%d" % role.wait_ms if role.wait_ms else b""
-            self.request = b"get %s%s\r\n" % (role.queue.encode(), wait)
-            self.quota = (
-                role.count
-                if role.shared_stop
-                else role.id_range(index)[1] - role.id_range(index)[0]
-            )
-        self.got = 0
-        self.asked = 0
-        self.batch_hits = 0
+        self.lo, self.hi = role.id_range(index)
+        self.quota = role.count if role.shared_stop else self.hi - self.lo
+        wait = b"/t=%d" % role.wait_ms if role.wait_ms else b""
+        self.request = b"get %s%s\r\n" % (role.queue.encode(), wait)
+        self.got = self.asked = self.batch_hits = 0
         self.missed = False
         self.last_id = -1
 
@@ -380,45 +357,38 @@ class GetConnection(Connection):
         if role.distinct_keys:
             i = self.lo + self.asked
             n = min(role.depth, self.hi - i)
-            if n <= 0:
-                return None
             self.asked += n
-            return b"".join(b"get k%d\r\n" % k for k in range(i, i + n)), n, n
+            return (b"".join(b"get k%d\r\n" % k for k in range(i, i + n)), n, n) if n > 0 else None
         n = role.depth if role.shared_stop else min(role.depth, self.quota - self.got)
-        if n <= 0:
-            return None
         self.batch_hits = 0
-        return self.request * n, n, n
+        return (self.request * n, n, n) if n > 0 else None
 
     def on_value(self, buf: bytearray, start: int, size: int) -> None:
-        w = self.worker
-        w.items += 1
+        t = self.tally
+        t.items += 1
         self.got += 1
         self.batch_hits += 1
-        if w.ids is not None:
+        if t.ids is not None:
             id_ = int(buf[start : start + ID_DIGITS])
-            w.count_id(id_)
-            if self.role.ordered:
-                if id_ < self.last_id:
-                    w.error(f"out of order: id {id_} after {self.last_id}")
-                self.last_id = id_
+            t.count_id(id_)
+            if self.role.ordered and id_ < self.last_id:
+                t.error(f"out of order: id {id_} after {self.last_id}")
+            self.last_id = id_
 
     def on_line(self, line: bytes) -> None:
-        if line == b"END":
-            self.worker.misses += 1
-            self.missed = True
-            if self.role.distinct_keys:
-                self.worker.error("memcached miss on a key that was set")
-        else:
-            self.worker.error(line.decode("ascii", "replace"))
+        if line != b"END":
+            self.tally.error(line.decode("ascii", "replace"))
+            return
+        self.tally.misses += 1
+        self.missed = True
+        if self.role.distinct_keys:
+            self.tally.error("memcached miss on a key that was set")
 
     def batch_finished(self) -> bool:
         role = self.role
         if role.shared_stop:
             return self.worker.add_shared(self.batch_hits) >= role.count
-        if self.missed and role.stop_on_miss:
-            return True
-        return self.got >= self.quota
+        return (self.missed and role.stop_on_miss) or self.got >= self.quota
 
 
 class ReliableConnection(Connection):
@@ -448,10 +418,9 @@ class ReliableConnection(Connection):
 
     def _confirm(self) -> None:
         if self.open_id is not None:
-            w = self.worker
-            w.items += 1
-            if w.ids is not None:
-                w.count_id(self.open_id)
+            self.tally.items += 1
+            if self.tally.ids is not None:
+                self.tally.count_id(self.open_id)
             self.open_id = None
 
     def on_value(self, buf: bytearray, start: int, size: int) -> None:
@@ -461,16 +430,15 @@ class ReliableConnection(Connection):
 
     def on_line(self, line: bytes) -> None:
         if line != b"END":
-            self.worker.error(line.decode("ascii", "replace"))
-            return
-        if self.aborting:  # the abort's reply: the item went back to the queue
+            self.tally.error(line.decode("ascii", "replace"))
+        elif self.aborting:  # the abort's reply: the item went back to the queue
             self.aborting = False
             self.open_id = None
-            self.worker.aborted += 1
+            self.tally.aborted += 1
             self.batch_taken -= 1
         else:
             self._confirm()
-            self.worker.misses += 1
+            self.tally.misses += 1
 
     def batch_finished(self) -> bool:
         if self.leaky and self.open_id is not None and not self.aborting:
@@ -479,7 +447,7 @@ class ReliableConnection(Connection):
                 self.aborting = True
             elif roll < self.role.abort_rate + self.role.drop_rate:
                 self.open_id = None
-                self.worker.dropped += 1
+                self.tally.dropped += 1
                 self.batch_taken -= 1
                 self.reconnect()
         taken = self.worker.add_shared(self.batch_taken)
@@ -504,8 +472,7 @@ class PairConnection(Connection):
 
     def __init__(self, worker: Worker, role: Role, index: int) -> None:
         super().__init__(worker, role, index)
-        self.lo, self.hi = role.id_range(index)
-        self.next_id = self.lo
+        self.next_id, self.hi = role.id_range(index)
         self.fmt = _set_format(role, distinct=True) + b"get k%d\r\n" * role.reads
 
     def next_batch(self) -> tuple[bytes, int, int] | None:
@@ -520,14 +487,13 @@ class PairConnection(Connection):
 
     def on_line(self, line: bytes) -> None:
         if line == b"STORED":
-            self.worker.items += 1
+            self.tally.items += 1
         else:
-            self.worker.error(line.decode("ascii", "replace"))
+            self.tally.error(line.decode("ascii", "replace"))
 
     def on_value(self, buf: bytearray, start: int, size: int) -> None:
-        w = self.worker
-        if w.ids is not None:
-            w.count_id(int(buf[start : start + ID_DIGITS]))
+        if self.tally.ids is not None:
+            self.tally.count_id(int(buf[start : start + ID_DIGITS]))
 
 
 CONNECTIONS = {
@@ -545,13 +511,13 @@ class Worker:
     """One process: its share of one role's connections, driven from one epoll loop."""
 
     def __init__(
-        self, role: Role, indexes: range, port: int | list[int], shared, seconds: float
+        self, role: Role, indexes: range, ports: list[int], shared, seconds: float
     ) -> None:
         self.role = role
         self.indexes = indexes
         # Several ports: several server instances, used as a client list would be
         # (connection i of a role talks to ports[i % len(ports)]).
-        self.ports = [port] if isinstance(port, int) else list(port)
+        self.ports = ports
         self.shared = shared
         self.seconds = seconds
         self.deadline = float("inf")
@@ -559,16 +525,10 @@ class Worker:
         self.by_fd: dict[int, Connection] = {}
         self.sleeping: list[tuple[float, Connection]] = []
         self.active = 0
-        self.requests = self.items = self.misses = self.errors = 0
-        self.aborted = self.dropped = 0
-        self.error_samples: list[str] = []
-        self.latencies = array.array("d")
-        self.first = self.last = 0.0
-        self.ids = bytearray(role.count) if role.verify else None
+        self.tally = RoleResult(role, ids=bytearray(role.count) if role.verify else None)
+        need = 0
         if role.kind in ("set", "pair"):
             need = len(indexes) * (role.count // max(1, role.connections) + 1) * (role.size + 40)
-        else:
-            need = 0
         self.prebuild = need <= PREBUILD_BYTES
 
     def connect(self, index: int = 0) -> socket.socket:
@@ -591,23 +551,6 @@ class Worker:
         if closing:
             self.active -= 1
 
-    def sleep(self, conn: Connection, due: float) -> None:
-        self.sleeping.append((due, conn))
-
-    def error(self, what: str) -> None:
-        self.errors += 1
-        if len(self.error_samples) < 5:
-            self.error_samples.append(what)
-
-    def count_id(self, id_: int) -> None:
-        ids = self.ids
-        assert ids is not None
-        if 0 <= id_ < len(ids):
-            if ids[id_] < 255:
-                ids[id_] += 1
-        else:
-            self.error(f"unknown item id {id_}")
-
     def add_shared(self, n: int) -> int:
         if n:
             with self.shared.get_lock():
@@ -615,9 +558,8 @@ class Worker:
                 return self.shared.value
         return self.shared.value
 
-    def run(self, barrier, stall: float) -> dict:
-        cls = CONNECTIONS[self.role.kind]
-        conns = [cls(self, self.role, i) for i in self.indexes]
+    def run(self, barrier, stall: float) -> RoleResult:
+        conns = [CONNECTIONS[self.role.kind](self, self.role, i) for i in self.indexes]
         for c in conns:
             self.watch(c)
         self.active = len(conns)
@@ -627,7 +569,6 @@ class Worker:
         for c in conns:
             c.send_next()
         last_event = time.perf_counter()
-        by_fd = self.by_fd
         while self.active > 0:
             timeout = 0.05
             if self.sleeping:
@@ -644,49 +585,37 @@ class Worker:
             if events:
                 last_event = time.perf_counter()
             elif time.perf_counter() - last_event > stall and not self.sleeping:
-                self.error(f"stalled: no reply for {stall:.0f} s on {self.active} connections")
+                self.tally.error(
+                    f"stalled: no reply for {stall:.0f} s on {self.active} connections"
+                )
                 break
             for fd, _ in events:
-                conn = by_fd.get(fd)
+                conn = self.by_fd.get(fd)
                 if conn is None:
                     continue
                 try:
                     data = conn.sock.recv(1 << 18)
                 except OSError as e:
                     data = b""
-                    self.error(f"recv: {e}")
+                    self.tally.error(f"recv: {e}")
                 if not data:
-                    self.error("server closed the connection")
+                    self.tally.error("server closed the connection")
                     conn.expected = 0
                     conn.close()
                     continue
                 conn.on_data(data)
-        return {
-            "role": self.role.name,
-            "requests": self.requests,
-            "items": self.items,
-            "misses": self.misses,
-            "errors": self.errors,
-            "aborted": self.aborted,
-            "dropped": self.dropped,
-            "error_samples": self.error_samples,
-            "latencies": self.latencies.tobytes(),
-            "first": self.first,
-            "last": self.last,
-            "cpu": time.process_time() - cpu0,
-            "ids": bytes(self.ids) if self.ids is not None else None,
-        }
+        self.tally.cpu = time.process_time() - cpu0
+        return self.tally
 
 
-def _worker_main(role, indexes, port, shared, seconds, stall, barrier, out, cpus=None) -> None:
+def _worker_main(role, indexes, ports, shared, seconds, stall, barrier, out, cpus) -> None:
     try:
         if cpus:
             os.sched_setaffinity(0, cpus)
-        worker = Worker(role, indexes, port, shared, seconds)
-        out.put(worker.run(barrier, stall))
+        out.put((role.name, Worker(role, indexes, ports, shared, seconds).run(barrier, stall)))
     except BaseException as e:  # report it, and never leave the others at the barrier
         barrier.abort()
-        out.put({"role": role.name, "failed": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"})
+        out.put((role.name, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
 # --- the parent ----------------------------------------------------------------------------------
@@ -696,14 +625,6 @@ class LoadFailed(Exception):
     pass
 
 
-def split(n: int, parts: int) -> list[range]:
-    return [
-        range(n * i // parts, n * (i + 1) // parts)
-        for i in range(parts)
-        if n * i // parts < n * (i + 1) // parts
-    ]
-
-
 def run(
     roles: list[Role],
     port: int | list[int],
@@ -711,7 +632,7 @@ def run(
     seconds: float,
     procs: int = 2,
     stall: float = 30.0,
-    on_start=None,
+    on_start: Callable[[], None] | None = None,
     cpus: frozenset[int] | None = None,
 ) -> LoadResult:
     """Run the roles at once against 127.0.0.1:port; ``on_start()`` is called as they go.
@@ -719,6 +640,7 @@ def run(
 
     With a list of ports, connection i of each role goes to ``port[i % len(port)]``.
     """
+    ports = [port] if isinstance(port, int) else port
     ctx = mp.get_context("fork")
     total = sum(r.connections for r in roles)
     out = ctx.Queue()
@@ -726,13 +648,14 @@ def run(
     for role in roles:
         workers = max(1, min(role.connections, round(procs * role.connections / total)))
         shared = ctx.Value("q", 0)
-        for indexes in split(role.connections, workers):
+        for w in range(workers):
+            indexes = range(role.connections * w // workers, role.connections * (w + 1) // workers)
             plan.append((role, indexes, shared))
     barrier = ctx.Barrier(len(plan) + 1)
     processes = [
         ctx.Process(
             target=_worker_main,
-            args=(role, indexes, port, shared, seconds, stall, barrier, out, cpus),
+            args=(role, indexes, ports, shared, seconds, stall, barrier, out, cpus),
             daemon=True,
         )
         for role, indexes, shared in plan
@@ -743,20 +666,20 @@ def run(
     try:
         try:
             barrier.wait(timeout=120)
-        except Exception:
-            failures = _drain_failures(out, len(processes))
-            raise LoadFailed("workers could not start:\n" + "\n".join(failures)) from None
+        except threading.BrokenBarrierError:
+            why = []
+            with contextlib.suppress(queue.Empty):  # what the workers said within a few seconds
+                for _ in processes:
+                    _, part = out.get(timeout=5)
+                    why += [part] if isinstance(part, str) else []
+            raise LoadFailed("workers could not start:\n" + "\n".join(why)) from None
         started = time.perf_counter()
         if on_start is not None:
             on_start()
-        for _ in processes:
-            try:
-                part = out.get(timeout=seconds + stall + 60)
-            except Exception:
-                raise LoadFailed("a worker did not report in time") from None
-            if "failed" in part:
-                raise LoadFailed(f"worker for {part['role']} failed: {part['failed']}")
-            results[part["role"]].merge(part)
+        for name, part in _parts(out, len(processes), seconds + stall + 60):
+            if isinstance(part, str):
+                raise LoadFailed(f"worker for {name} failed: {part}")
+            results[name].merge(part)
         ended = time.perf_counter()
     finally:
         for p in processes:
@@ -764,21 +687,13 @@ def run(
             if p.is_alive():
                 p.terminate()
                 p.join()
-    return LoadResult(roles=results, started=started, ended=ended, workers=len(processes))
+    return LoadResult(roles=results, started=started, ended=ended)
 
 
-def _drain_failures(out, n: int) -> list[str]:
-    failures = []
-    deadline = time.monotonic() + 5
-    while len(failures) < n and time.monotonic() < deadline:
+def _parts(out, n: int, timeout: float) -> Iterator[tuple[str, RoleResult | str]]:
+    """The workers' reports, (role, tally or why it failed), each within ``timeout`` s."""
+    for _ in range(n):
         try:
-            part = out.get(timeout=0.5)
-        except Exception:
-            continue
-        if "failed" in part:
-            failures.append(part["failed"])
-    return failures or ["(no worker said why)"]
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(os.path.basename(__file__), "is a module of kestreld bench")
+            yield out.get(timeout=timeout)
+        except queue.Empty:
+            raise LoadFailed(f"a worker did not report within {timeout:.0f} s") from None

@@ -1,4 +1,4 @@
-"""``kestreld bench queues N``: what N queues cost once they sit idle (issue 55's second table).
+"""``kestreld bench queues N``: what N queues cost once they sit idle.
 
 N queues get 10 items of 100 B each; then, the server idle: its RSS, its open descriptors,
 its CPU while idle, the time and size of a ``stats``, a graceful stop, and a restart on the
@@ -12,20 +12,11 @@ import socket
 import time
 from collections.abc import Callable
 
+from kestreld.bench.report import Table
 from kestreld.bench.servers import KestreldServer, cpu_seconds, rss
+from kestreld.testing.process import Conn
 
 MiB = 1024 * 1024
-
-
-def _exchange(sock: socket.socket, request: bytes, end: bytes, replies: int = 1) -> bytes:
-    sock.sendall(request)
-    buf = b""
-    while buf.count(end) < replies:
-        chunk = sock.recv(1 << 20)
-        if not chunk:
-            raise OSError("the server closed the connection")
-        buf += chunk
-    return buf
 
 
 def run_queues(
@@ -43,58 +34,47 @@ def run_queues(
     try:
         set_one = b"set q%%d 0 0 %d\r\n%s\r\n" % (size, b"x" * size)
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            conn = Conn(sock)
             for first in range(0, n, 100):  # 100 queues' sets a round trip
                 queues = range(first, min(n, first + 100))
-                request = b"".join(set_one % q for q in queues for _ in range(items))
-                replies = _exchange(sock, request, b"\r\n", len(queues) * items)
-                if replies.count(b"STORED\r\n") != len(queues) * items:
-                    failed = next(r for r in replies.split(b"\r\n") if r != b"STORED")
-                    raise RuntimeError(f"queues: a set failed at q{first}: {failed[:80]!r}")
+                conn.send(b"".join(set_one % q for q in queues for _ in range(items)))
+                for q in queues:
+                    for _ in range(items):
+                        if (reply := conn.line()) != b"STORED":
+                            raise RuntimeError(f"queues: a set to q{q} failed: {reply[:80]!r}")
             log(f"queues: {n:,} queues of {items} items")
             time.sleep(1)
-            pid = server.pid
-            before = cpu_seconds(pid)
+            before = cpu_seconds(server.pid)
             time.sleep(idle_seconds)
-            out["idle_cpu_pct"] = 100 * (cpu_seconds(pid) - before) / idle_seconds
-            out["rss"] = rss(pid)
-            out["descriptors"] = len(os.listdir(f"/proc/{pid}/fd"))
+            out["idle_cpu_pct"] = 100 * (cpu_seconds(server.pid) - before) / idle_seconds
+            out["rss"] = rss(server.pid)
+            out["descriptors"] = len(os.listdir(f"/proc/{server.pid}/fd"))
             started = time.perf_counter()
-            stats = _exchange(sock, b"stats\r\n", b"END\r\n")
+            conn.send(b"stats\r\n")
+            out["stats_bytes"] = sum(len(line) + 2 for line in conn.until_end())
             out["stats_seconds"] = time.perf_counter() - started
-            out["stats_bytes"] = len(stats)
         started = time.perf_counter()
         server.process.stop(timeout=120)
         out["stop_seconds"] = time.perf_counter() - started
-        started = time.perf_counter()
-        server.start(timeout=120)
-        with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            reply = _exchange(sock, b"get q0\r\n", b"END\r\n")
-        out["restart_seconds"] = time.perf_counter() - started
-        if not reply.startswith(b"VALUE"):
-            raise RuntimeError(f"queues: no item after the restart: {reply[:60]!r}")
+        out["restart_seconds"], _, _ = server.restart("q0")
     finally:
         server.stop()
     return out
 
 
-QUEUES_HEADER = (
-    "queues",
-    "RSS",
-    "open descriptors",
-    "CPU while idle",
-    "`stats`",
-    "graceful stop",
-    "restart to first item",
-)
-
-
-def queues_row(f: dict[str, float]) -> list[str]:
-    return [
-        f"{f['queues']:,.0f}",
-        f"{f['rss'] / MiB:.0f} MiB",
-        f"{f['descriptors']:,.0f}",
-        f"{f['idle_cpu_pct']:.1f} %",
-        f"{f['stats_seconds'] * 1000:.0f} ms ({f['stats_bytes'] / 1e6:.1f} MB)",
-        f"{f['stop_seconds']:.2f} s",
-        f"{f['restart_seconds']:.2f} s",
+def queues_table(runs: list[dict[str, float]]) -> Table:
+    header = ("queues", "RSS", "open descriptors", "CPU while idle", "`stats`", "graceful stop",
+              "restart to first item")  # fmt: skip
+    rows = [
+        [
+            f"{f['queues']:,.0f}",
+            f"{f['rss'] / MiB:.0f} MiB",
+            f"{f['descriptors']:,.0f}",
+            f"{f['idle_cpu_pct']:.1f} %",
+            f"{f['stats_seconds'] * 1000:.0f} ms ({f['stats_bytes'] / 1e6:.1f} MB)",
+            f"{f['stop_seconds']:.2f} s",
+            f"{f['restart_seconds']:.2f} s",
+        ]
+        for f in runs
     ]
+    return Table(header, rows)

@@ -14,21 +14,22 @@ import dataclasses
 import socket
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kestreld.bench import load as bench_load
 from kestreld.bench.load import Role
 from kestreld.bench.servers import (
-    DarnerServer,
-    KestreldServer,
     MachineSample,
-    MemcachedServer,
     RssSampler,
     context_switches,
     cpu_seconds,
-    memory,
     pin,
+    rss,
+    start_server,
 )
+from kestreld.testing.process import Conn
 
 WORKLOADS = ("put-many", "get-drain", "flood", "leaky-reader", "fanout", "many-clients")
 MiB = 1024 * 1024
@@ -51,9 +52,8 @@ class Spec:
     drop_rate: float = 0.01  # leaky-reader
     rate: float = 0.0  # many-clients: producer items/s (0 = unthrottled)
     procs: int = 2  # load generator processes (at least one per role)
-    instances: int = (
-        1  # kestreld servers, each its own port and folder; connections spread over them
-    )
+    # kestreld servers, each its own port and folder; connections spread over them
+    instances: int = 1
 
     @property
     def key(self) -> str:
@@ -75,8 +75,8 @@ class Spec:
         return f"{name}-{size}-c{conns}-d{self.depth}{many}"
 
     def describe(self) -> str:
-        text = self._describe()
-        return text + (f", {self.instances} instances" if self.instances > 1 else "")
+        many = f", {self.instances} instances" if self.instances > 1 else ""
+        return self._describe() + many
 
     def _describe(self) -> str:
         size = f"{self.size // 1024} KiB" if self.size % 1024 == 0 else f"{self.size} B"
@@ -298,121 +298,59 @@ def median_rows(rows: list[Row]) -> list[Row]:
     return out
 
 
-def send_commands(port: int, commands: list[bytes]) -> None:
-    """Send set-up requests one at a time, each answered before the next."""
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        for cmd in commands:
-            sock.sendall(cmd)
-            reply = b""
-            while not reply.endswith(b"\r\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise RuntimeError(f"server closed the connection after {cmd!r}")
-                reply += chunk
-
-
-def start_server(
-    server: str,
-    config: str = "",
-    *,
-    workdir: str | None = None,
-    memcached_threads=None,
-    darner: str | None = None,
-):
-    if server == "memcached":
-        return MemcachedServer(threads=memcached_threads).start()
-    if server == "darner":
-        if darner is None:
-            raise ValueError("no Darner binary given")
-        return DarnerServer(darner, workdir=workdir).start()
-    return KestreldServer(config, workdir=workdir).start()
-
-
 def measure(
     spec: Spec,
     server: str,
     *,
     workdir: str | None = None,
-    memcached_threads: int | None = None,
-    profiler_factory=None,
     darner: str | None = None,
     server_cpus: frozenset[int] | None = None,
     client_cpus: frozenset[int] | None = None,
+    profiler_factory: Callable[[int], Any] | None = None,
 ) -> Row | None:
     """Run ``spec`` against a fresh ``server``; None when it has no analog of the workload.
     ``darner`` is the Darner binary, for ``server="darner"``.  ``server_cpus`` and
     ``client_cpus`` pin the server's threads and the load generator's processes (the
-    measured run's; a prefill runs where the scheduler puts it)."""
+    measured run's; a prefill runs where the scheduler puts it).  ``profiler_factory(pid)``
+    makes something to ``start()`` as the measured run starts and ``stop()`` after."""
     p = plan(spec, server)
     if p is None:
         return None
     count = spec.instances if server == "kestreld" else 1
     servers = []
-    profiler = None
+    meter = None
     try:
         for _ in range(count):
-            servers.append(
-                start_server(
-                    server,
-                    p.config,
-                    workdir=workdir,
-                    memcached_threads=memcached_threads,
-                    darner=darner,
-                )
-            )
+            servers.append(start_server(server, p.config, workdir=workdir, darner=darner))
         ports = [srv.port for srv in servers]
-        pids = [srv.pid for srv in servers]
-        if server_cpus:
-            for pid in pids:
-                pin(pid, server_cpus)
         target = ports[0] if count == 1 else ports
-        for port in ports:
-            if p.commands:
-                send_commands(port, p.commands)
+        for srv in servers:
+            if server_cpus:
+                pin(srv.pid, server_cpus)
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
+                conn = Conn(sock)
+                for command in p.commands:  # set-up requests, each answered before the next
+                    conn.send(command)
+                    conn.line()
         prefilled = None
         if p.prefill:
             prefilled = bench_load.run(p.prefill, target, seconds=600, procs=spec.procs)
-            bad = sum(r.errors for r in prefilled.roles.values())
-            if bad:
+            if bad := sum(r.errors for r in prefilled.roles.values()):
                 raise RuntimeError(f"prefill failed: {bad} errors")
-        samplers = [RssSampler(pid, 0.1) for pid in pids]
-        marks: dict[str, object] = {}
-
-        def started() -> None:
-            marks["cpu"] = sum(cpu_seconds(pid) for pid in pids)
-            marks["switches"] = _switches(pids)
-            marks["machine"] = MachineSample.now()
-            marks["t"] = time.perf_counter()
-            for sampler in samplers:
-                sampler.start()
-            if profiler_factory is not None:
-                nonlocal profiler
-                profiler = profiler_factory(pids[0])
-                profiler.start()
-
+        meter = Meter([srv.pid for srv in servers], profiler_factory)
         result = bench_load.run(
             p.roles,
             target,
             seconds=spec.seconds,
             procs=spec.procs,
-            on_start=started,
+            on_start=meter.start,
             cpus=client_cpus,
         )
-        cpu = sum(cpu_seconds(pid) for pid in pids) - marks["cpu"]  # type: ignore[operator]
-        slept, preempted = _switches(pids)
-        slept0, preempted0 = marks["switches"]  # type: ignore[misc]
-        slept, preempted = slept - slept0, preempted - preempted0
-        span = time.perf_counter() - marks["t"]  # type: ignore[operator]
-        machine = MachineSample.now()
-        rss_ends = [memory(pid).get("VmRSS", 0) for pid in pids]
-        rss_end = sum(rss_ends)
-        peak = sum(max(s.stop(), end) for s, end in zip(samplers, rss_ends, strict=True))
-        if profiler is not None:
-            profiler.stop()
+        meter.stop()
         check = _check(p, result, prefilled, target)
     finally:
-        if profiler is not None:
-            profiler.stop()
+        if meter is not None and meter.profiler is not None:
+            meter.profiler.stop()  # again, when the run failed
         for srv in servers:
             srv.stop()
     primary = result.roles[p.primary]
@@ -420,9 +358,11 @@ def measure(
     units = primary.items
     p50, p99, pmax = primary.percentiles(0.5, 0.99, 1.0)
     client_cpu = result.client_cpu
-    busy = machine.busy_cores_since(marks["machine"])  # type: ignore[arg-type]
-    errors = sum(r.errors for r in result.roles.values())
-    samples = [s for r in result.roles.values() for s in r.error_samples][:5]
+    m = meter
+
+    def per_unit(x: float) -> float:
+        return x / units if units else 0.0
+
     return Row(
         key=spec.key,
         description=spec.describe(),
@@ -435,31 +375,65 @@ def measure(
         p50_ms=p50 * 1000,
         p99_ms=p99 * 1000,
         max_ms=pmax * 1000,
-        server_cpu=cpu,
-        server_us=cpu / units * 1e6 if units else 0.0,
-        server_cores=cpu / span,
-        rss_mib=rss_end / MiB,
-        rss_peak_mib=peak / MiB,
+        server_cpu=m.cpu,
+        server_us=per_unit(m.cpu) * 1e6,
+        server_cores=m.cpu / m.span,
+        rss_mib=m.rss / MiB,
+        rss_peak_mib=m.rss_peak / MiB,
         client_cpu=client_cpu,
-        client_us=client_cpu / units * 1e6 if units else 0.0,
-        client_cores=client_cpu / span,
-        others_cores=max(0.0, busy - (cpu + client_cpu) / span),
-        loadavg=machine.loadavg,
+        client_us=per_unit(client_cpu) * 1e6,
+        client_cores=client_cpu / m.span,
+        others_cores=max(0.0, m.busy_cores - (m.cpu + client_cpu) / m.span),
+        loadavg=m.loadavg,
         check=check,
-        errors=errors,
-        error_samples=samples,
+        errors=sum(r.errors for r in result.roles.values()),
+        error_samples=[s for r in result.roles.values() for s in r.error_samples][:5],
         note=p.note,
         instances=count,
-        server_sleeps=slept / units if units else 0.0,
-        server_preempted=preempted / units if units else 0.0,
+        server_sleeps=per_unit(m.slept),
+        server_preempted=per_unit(m.preempted),
         placement=describe_placement(server_cpus, client_cpus),
     )
 
 
-def _switches(pids: list[int]) -> tuple[int, int]:
-    """(voluntary, involuntary) context switches of the servers, summed."""
-    counts = [context_switches(pid) for pid in pids]
-    return sum(v for v, _ in counts), sum(n for _, n in counts)
+class Meter:
+    """What the servers (their CPU, context switches, RSS) and the machine used from
+    ``start()`` to ``stop()``, summed over the server processes."""
+
+    def __init__(self, pids: list[int], profiler_factory: Callable[[int], Any] | None) -> None:
+        self.pids = pids
+        self.profiler = profiler_factory(pids[0]) if profiler_factory else None
+        self.samplers = [RssSampler(pid, 0.1) for pid in pids]
+
+    def _now(self) -> tuple[float, int, int, MachineSample, float]:
+        switches = [context_switches(pid) for pid in self.pids]
+        return (
+            sum(cpu_seconds(pid) for pid in self.pids),
+            sum(v for v, _ in switches),
+            sum(n for _, n in switches),
+            MachineSample.now(),
+            time.perf_counter(),
+        )
+
+    def start(self) -> None:
+        self.before = self._now()
+        for sampler in self.samplers:
+            sampler.start()
+        if self.profiler is not None:
+            self.profiler.start()
+
+    def stop(self) -> None:
+        if self.profiler is not None:
+            self.profiler.stop()
+        cpu, slept, preempted, machine, t = self._now()
+        cpu0, slept0, preempted0, machine0, t0 = self.before
+        self.cpu, self.slept, self.preempted = cpu - cpu0, slept - slept0, preempted - preempted0
+        self.span = t - t0
+        self.busy_cores = machine.busy_cores_since(machine0)
+        self.loadavg = machine.loadavg
+        ends = [rss(pid) for pid in self.pids]
+        self.rss = sum(ends)
+        self.rss_peak = sum(max(s.stop(), end) for s, end in zip(self.samplers, ends, strict=True))
 
 
 def describe_placement(
@@ -468,11 +442,11 @@ def describe_placement(
     """How a pinned run was placed, for its row ("" when the scheduler placed it)."""
     if not (server_cpus or client_cpus):
         return ""
-    return f"server on CPU {_cpus(server_cpus)}, clients on CPU {_cpus(client_cpus)}"
 
+    def cpus(which: frozenset[int] | None) -> str:
+        return ",".join(map(str, sorted(which))) if which else "any"
 
-def _cpus(cpus: frozenset[int] | None) -> str:
-    return ",".join(map(str, sorted(cpus))) if cpus else "any"
+    return f"server on CPU {cpus(server_cpus)}, clients on CPU {cpus(client_cpus)}"
 
 
 def _check(
@@ -525,7 +499,3 @@ def _check(
     if all(v.startswith("exactly once") for v in verdicts):
         return verdicts[0] if len(verdicts) == 1 else f"exactly once x{len(verdicts)}"
     return "; ".join(verdicts)
-
-
-def with_changes(spec: Spec, **changes) -> Spec:
-    return dataclasses.replace(spec, **changes)

@@ -21,7 +21,7 @@ import shlex
 import sys
 import time
 
-from kestreld.bench import report
+from kestreld.bench.report import Table
 from kestreld.bench.servers import machine_description
 from kestreld.bench.workloads import Row, Spec, measure
 
@@ -145,12 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     machine["loadavg at end"] = machine_description()["loadavg"]
     if args.markdown:
         print(f"Run {started}: `{command}`\n\nMachine:")
-        print("\n".join(report.machine_lines(machine)))
+        print("\n".join(f"- {k}: {v}" for k, v in machine.items()))
         print()
-        print(report.markdown_table(COLUMNS, rows))
     else:
         print(f"machine: {machine}")
-        print(report.text_table(COLUMNS, rows))
+    print(Table(COLUMNS, rows).render(args.markdown))
     return 1 if failed else 0
 
 

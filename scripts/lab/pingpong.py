@@ -31,7 +31,13 @@ from pathlib import Path
 
 from tight_client import TightClient, build
 
-from kestreld.bench.servers import DarnerServer, KestreldServer, cpu_seconds, darner_path
+from kestreld.bench.servers import (
+    KestreldServer,
+    PeerServer,
+    cpu_seconds,
+    darner_path,
+    darner_server,
+)
 
 SIZE = 1024
 PREFILL_BATCH = 100
@@ -103,7 +109,7 @@ def measure_compiled(
 
 
 def run(
-    server: DarnerServer | KestreldServer, op: str, seconds: float, program: Path | None = None
+    server: KestreldServer | PeerServer, op: str, seconds: float, program: Path | None = None
 ) -> tuple[int, float]:
     """``op`` against a fresh ``server`` (with the C client ``program``, if given):
     (requests, server CPU µs per request)."""
@@ -162,7 +168,7 @@ def _rounds(args: argparse.Namespace, program: Path | None) -> int:
     darner = darner_path(args.darner)
     servers = [("kestreld", lambda: KestreldServer(args.config + "\n"))]
     if darner:
-        servers.append(("Darner", lambda: DarnerServer(darner)))
+        servers.append(("Darner", lambda: darner_server(darner)))
     names = [name for name, _ in servers]
     costs: dict[tuple[str, str], list[float]] = {}
     for r in range(args.rounds):

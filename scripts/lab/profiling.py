@@ -16,6 +16,7 @@ waiting in epoll) are not recorded, so shares are of the busy time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shutil
@@ -27,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from kestreld.bench.cli import size_arg
-from kestreld.bench.workloads import Spec, measure, with_changes
+from kestreld.bench.workloads import Spec, measure
 
 
 def py_spy() -> str:
@@ -150,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         items=10_000_000,
         procs=args.procs,
     )
-    for spec in (base, with_changes(base, workload="get-drain", items=int(40_000 * args.seconds))):
+    for spec in (
+        base,
+        dataclasses.replace(base, workload="get-drain", items=int(40_000 * args.seconds)),
+    ):
         raw = out / f"{spec.key}.txt"
         print(f"profiling {spec.describe()} -> {raw}", file=sys.stderr, flush=True)
         row = measure(

@@ -48,7 +48,7 @@ def test_workload_runs_and_delivers_every_item_once(workload, tmp_path):
     assert row.units > 0 and row.server_cpu >= 0 and row.rss_mib > 0
     if workload != "put-many":
         assert row.check.startswith("exactly once"), row.check
-    assert row.description in rows_table([row])
+    assert row.description in rows_table([row]).render()
     # between two requests a server either slept or was preempted, counted per unit
     assert 0 < row.server_sleeps + row.server_preempted < 100
 
@@ -118,7 +118,7 @@ def test_memcached_side_and_ratios(tmp_path):
     spec = Spec("put-many", size=1024, connections=100, items=20_000, seconds=1.0)
     rows = [measure(spec, s, workdir=str(tmp_path)) for s in ("kestreld", "memcached")]
     assert all(r is not None and r.errors == 0 and r.units == 20_000 for r in rows)
-    table = compare_table(rows)  # type: ignore[arg-type]
+    table = compare_table(rows).render()  # type: ignore[arg-type]
     assert "x" in table.splitlines()[2]  # a kestreld/memcached ratio was computed
     set_target = evaluate(rows)[0]  # type: ignore[arg-type]
     assert set_target.value is not None and set_target.met is not None
@@ -304,7 +304,7 @@ def test_the_three_way_table_and_the_darner_targets():
     ]
     rows[0].server_sleeps, rows[0].server_preempted = 0.5, 0.25
     rows[1].server_sleeps, rows[1].server_preempted = 0.125, 1.0
-    table = darner_table(rows, markdown=True).splitlines()
+    table = darner_table(rows).render(markdown=True).splitlines()
     assert len(table) == 3
     assert "| 0.50 + 0.25 / 0.12 + 1.00 |" in table[2]  # slept + preempted, kestreld / Darner
     assert table[2].startswith("| set-1k-c100-d1 | 6.00 | 8.00 | 5.00 | 0.75x | 1.20x |")
