@@ -5,9 +5,9 @@ and the drain rate.
    of items through one pipelined connection (so that queue order is id order),
    sampling RSS all along.
 2. Stop it gracefully (SIGTERM) and start it again on the same folder; from the
-   moment the process is spawned, a client polls the port and sends
-   ``get backlog`` as soon as it connects: the time to that item's reply is the
-   restart figure (interpreter start-up, imports and queue loading included).
+   moment the process is spawned to the reply of a ``get backlog`` sent as soon as
+   it listens: the restart figure (interpreter start-up, imports and queue loading
+   included).
 3. Drain the rest on one pipelined connection (depth 64), checking that every
    id arrives exactly once and in order (id 0 first, to the restart probe).
 """

@@ -10,93 +10,21 @@ and the connection hung up (a new one takes its place).  The scenarios are Darne
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
-import selectors
 import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from kestreld.bench import load as bench_load
+from kestreld.bench.load import Role
 from kestreld.bench.report import Table
 from kestreld.bench.servers import KestreldServer, PeerServer, rss
 from kestreld.testing.process import Conn
 
-QUEUE = b"db_bench"
+QUEUE = "db_bench"
 MiB = 1024 * 1024
-
-
-class _Session:
-    """One connection of :func:`db`: a request, its reply, the next."""
-
-    __slots__ = ("sock", "buf", "action", "port")
-
-    def __init__(self, port: int, action: int = 0) -> None:
-        self.port = port
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-        self.action = action
-
-
-def _db(port: int, sets: int, gets: int, size: int, conns: int, bad: int, out) -> None:
-    set_request = b"set %s 0 0 %d\r\n%s\r\n" % (QUEUE, size, b"x" * size)
-    get_request = b"get %s\r\n" % QUEUE
-    left = {"sets": sets, "gets": gets}
-    ratio = gets / sets if sets else 0.0
-    sel = selectors.DefaultSelector()
-    errors = 0
-
-    def next_request(s: _Session) -> None:
-        if left["gets"] and (not left["sets"] or left["gets"] / left["sets"] > ratio):
-            kind, request = "gets", get_request
-        elif left["sets"]:
-            kind, request = "sets", set_request
-        else:
-            sel.unregister(s.sock)
-            s.sock.close()
-            return
-        left[kind] -= 1
-        s.action += 1
-        if bad and s.action % bad == 1 % bad:  # hang up mid-request; a new client follows
-            s.sock.sendall(request[: len(request) // 2])
-            sel.unregister(s.sock)
-            s.sock.close()
-            start(_Session(s.port, s.action))
-            return
-        s.sock.sendall(request)
-
-    def start(s: _Session) -> None:
-        sel.register(s.sock, selectors.EVENT_READ, s)
-        next_request(s)
-
-    for _ in range(conns):
-        start(_Session(port))
-    while sel.get_map():
-        for key, _ in sel.select(timeout=30):
-            s: _Session = key.data
-            chunk = s.sock.recv(1 << 20)
-            if not chunk:
-                errors += 1
-                sel.unregister(s.sock)
-                s.sock.close()
-                continue
-            s.buf += chunk
-            if not _reply_complete(s.buf):
-                continue
-            if not s.buf.startswith((b"STORED", b"VALUE", b"END")):
-                errors += 1
-            s.buf = b""
-            next_request(s)
-    out.put(errors)
-
-
-def _reply_complete(buf: bytes) -> bool:
-    if buf.startswith(b"VALUE"):
-        line = buf.find(b"\r\n")
-        return (
-            line >= 0 and len(buf) >= line + 2 + int(buf[buf.rfind(b" ", 0, line) + 1 : line]) + 7
-        )
-    return buf.endswith(b"\r\n")
 
 
 def db(
@@ -109,28 +37,15 @@ def db(
     bad: int = 0,
     procs: int = 2,
 ) -> float:
-    """Darner's ``db -s sets -g gets -i size -c conns -b bad``: requests per second, with the
-    connections (and the work) spread over ``procs`` processes.  Raises when a reply failed."""
-    procs = max(1, min(procs, conns))
-    ctx = mp.get_context("fork")
-    out = ctx.Queue()
-
-    def part(x: int, i: int) -> int:
-        return x * (i + 1) // procs - x * i // procs
-
-    args = [
-        (port, part(sets, i), part(gets, i), size, part(conns, i), bad, out) for i in range(procs)
-    ]
-    workers = [ctx.Process(target=_db, args=a, daemon=True) for a in args]
+    """Darner's ``db -s sets -g gets -i size -c conns -b bad``: requests per second, counted
+    as ``db`` counts them (from the start, connecting included), the connections spread over
+    ``procs`` processes.  Raises when a reply failed (hang-ups aside)."""
+    role = Role("db", "db", conns, sets, size=size, queue=QUEUE, gets=gets, hangup=bad)
     started = time.perf_counter()
-    for w in workers:
-        w.start()
-    errors = sum(out.get(timeout=600) for _ in workers)
+    result = bench_load.run([role], port, seconds=600, procs=procs).roles["db"]
     elapsed = time.perf_counter() - started
-    for w in workers:
-        w.join()
-    if errors and not bad:
-        raise RuntimeError(f"db: {errors} requests failed")
+    if result.errors and not bad:
+        raise RuntimeError(f"db: {result.errors} requests failed: {result.error_samples}")
     return (sets + gets) / elapsed
 
 
@@ -200,9 +115,7 @@ def _memory(port: int, pid: int, sizes: SuiteSizes, procs: int, f: SuiteFigures)
 def _fairness(port: int, pid: int, sizes: SuiteSizes, procs: int, f: SuiteFigures) -> None:
     """fairness.sh: 64 B sets on 10 connections while one floods 8 MiB items; then Darner's
     bad clients (db -b 3): one request in three cut in half and its connection hung up."""
-    flood = mp.get_context("fork").Process(
-        target=_flood_large, args=(port, sizes.n(100_000)), daemon=True
-    )
+    flood = mp.get_context("fork").Process(target=_flood_large, args=(port,), daemon=True)
     flood.start()
     time.sleep(0.5)
     f.fairness = db(port, sizes.n(100_000), 0, procs=1)
@@ -236,12 +149,14 @@ def run_suite(
     return f
 
 
-def _flood_large(port: int, sets: int) -> None:
-    """fairness.sh's background job: sets of 8 MiB items, one connection (until killed)."""
-    try:
-        _db(port, sets, 0, 8 * MiB, 1, 0, mp.get_context("fork").Queue())
-    except OSError:
-        pass
+def _flood_large(port: int) -> None:
+    """fairness.sh's background job: sets of 8 MiB items on one connection, until killed."""
+    request = b"set %s 0 0 %d\r\n%s\r\n" % (QUEUE.encode(), 8 * MiB, b"x" * (8 * MiB))
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)) as sock:
+        conn = Conn(sock)
+        while True:
+            conn.send(request)
+            conn.line()
 
 
 def _alive(port: int) -> bool:

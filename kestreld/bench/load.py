@@ -42,7 +42,8 @@ class Role:
 
     ``kind``: ``set`` (store ``count`` items), ``get`` (receive items),
     ``reliable`` (``get q/close/open`` loop), ``pair`` (memcached's analog of
-    a queue hand-off: ``set k`` then ``get k`` ``reads`` times, per item).
+    a queue hand-off: ``set k`` then ``get k`` ``reads`` times, per item), ``db``
+    (Darner's client: ``count`` sets and ``gets`` gets, one at a time, mixed).
     """
 
     name: str
@@ -62,6 +63,8 @@ class Role:
     abort_rate: float = 0.0  # reliable: give this fraction of open reads back (/abort)
     drop_rate: float = 0.0  # reliable: drop the connection holding this fraction of open reads
     rate: float = 0.0  # items per second per connection; 0 = as fast as replies come
+    gets: int = 0  # db: gets, beside the ``count`` sets
+    hangup: int = 0  # db: every n-th request of a connection is cut in half and hung up
 
     def id_range(self, index: int) -> tuple[int, int]:
         """Ids [lo, hi) produced (or fetched by key) by connection ``index``."""
@@ -78,14 +81,10 @@ class RoleResult:
     role: Role
     requests: int = 0  # replies received
     items: int = 0  # the role's unit: stored, received, confirmed, handed over
-    misses: int = 0
     errors: int = 0
-    aborted: int = 0
-    dropped: int = 0
     cpu: float = 0.0  # client CPU seconds
     error_samples: list[str] = field(default_factory=list)
     latencies: array.array = field(default_factory=lambda: array.array("d"))
-    first: float = 0.0
     last: float = 0.0  # the last reply that counted an item
     ids: bytearray | None = None  # per id: how many times it arrived (saturating at 255)
 
@@ -104,11 +103,10 @@ class RoleResult:
             self.error(f"unknown item id {id_}")
 
     def merge(self, part: RoleResult) -> None:
-        for name in ("requests", "items", "misses", "errors", "aborted", "dropped", "cpu"):
+        for name in ("requests", "items", "errors", "cpu"):
             setattr(self, name, getattr(self, name) + getattr(part, name))
         self.error_samples += part.error_samples[: 5 - len(self.error_samples)]
         self.latencies.extend(part.latencies)
-        self.first = min((t for t in (self.first, part.first) if t), default=0.0)
         self.last = max(self.last, part.last)
         if part.ids is not None:
             if self.ids is None:
@@ -130,11 +128,6 @@ class RoleResult:
 class LoadResult:
     roles: dict[str, RoleResult]
     started: float  # perf_counter when the barrier opened
-    ended: float  # when the last worker reported
-
-    @property
-    def client_cpu(self) -> float:
-        return sum(r.cpu for r in self.roles.values())
 
     def window(self, names: list[str] | None = None) -> float:
         """Seconds from the start to the last reply of these roles (all by default)."""
@@ -201,7 +194,6 @@ class Connection:
         data, self.expected, self.batch_items = batch
         self.items_at_send = self.tally.items
         self.sent_at = time.perf_counter()
-        self.tally.first = self.tally.first or self.sent_at
         self.sock.sendall(data)
 
     def on_data(self, data: bytes) -> None:
@@ -379,7 +371,6 @@ class GetConnection(Connection):
         if line != b"END":
             self.tally.error(line.decode("ascii", "replace"))
             return
-        self.tally.misses += 1
         self.missed = True
         if self.role.distinct_keys:
             self.tally.error("memcached miss on a key that was set")
@@ -434,11 +425,9 @@ class ReliableConnection(Connection):
         elif self.aborting:  # the abort's reply: the item went back to the queue
             self.aborting = False
             self.open_id = None
-            self.tally.aborted += 1
             self.batch_taken -= 1
         else:
             self._confirm()
-            self.tally.misses += 1
 
     def batch_finished(self) -> bool:
         if self.leaky and self.open_id is not None and not self.aborting:
@@ -447,7 +436,6 @@ class ReliableConnection(Connection):
                 self.aborting = True
             elif roll < self.role.abort_rate + self.role.drop_rate:
                 self.open_id = None
-                self.tally.dropped += 1
                 self.batch_taken -= 1
                 self.reconnect()
         taken = self.worker.add_shared(self.batch_taken)
@@ -496,11 +484,47 @@ class PairConnection(Connection):
             self.tally.count_id(int(buf[start : start + ID_DIGITS]))
 
 
+class DbConnection(Connection):
+    """Darner's ``db``: a get when the worker's gets left outnumber its sets left by more than
+    the role's ratio, else a set.  With ``hangup`` n, every n-th request of a connection is
+    sent half and the connection hung up; a new one takes its place."""
+
+    def __init__(self, worker: Worker, role: Role, index: int) -> None:
+        super().__init__(worker, role, index)
+        q = role.queue.encode()
+        self.requests = (b"set %s 0 0 %d\r\n%s\r\n" % (q, role.size, b"x" * role.size),
+                         b"get %s\r\n" % q)  # fmt: skip
+        self.ratio = role.gets / role.count if role.count else 0.0
+        self.sent = 0
+
+    def next_batch(self) -> tuple[bytes, int, int] | None:
+        left = self.worker.left  # [sets, gets]
+        while left[0] or left[1]:
+            kind = 1 if left[1] and (not left[0] or left[1] / left[0] > self.ratio) else 0
+            left[kind] -= 1
+            self.sent += 1
+            if not self.role.hangup or self.sent % self.role.hangup != 1 % self.role.hangup:
+                return self.requests[kind], 1, 1
+            self.sock.sendall(self.requests[kind][: len(self.requests[kind]) // 2])
+            self.reconnect()
+        return None
+
+    def on_value(self, buf: bytearray, start: int, size: int) -> None:
+        self.tally.items += 1
+
+    def on_line(self, line: bytes) -> None:
+        if line == b"STORED":
+            self.tally.items += 1
+        elif line != b"END":
+            self.tally.error(line.decode("ascii", "replace"))
+
+
 CONNECTIONS = {
     "set": SetConnection,
     "get": GetConnection,
     "reliable": ReliableConnection,
     "pair": PairConnection,
+    "db": DbConnection,
 }
 
 
@@ -526,6 +550,9 @@ class Worker:
         self.sleeping: list[tuple[float, Connection]] = []
         self.active = 0
         self.tally = RoleResult(role, ids=bytearray(role.count) if role.verify else None)
+        # db: this worker's share of the role's sets and gets, as of its connections
+        c, lo, hi = role.connections, indexes.start, indexes.stop
+        self.left = [n * hi // c - n * lo // c for n in (role.count, role.gets)]
         need = 0
         if role.kind in ("set", "pair"):
             need = len(indexes) * (role.count // max(1, role.connections) + 1) * (role.size + 40)
@@ -680,14 +707,13 @@ def run(
             if isinstance(part, str):
                 raise LoadFailed(f"worker for {name} failed: {part}")
             results[name].merge(part)
-        ended = time.perf_counter()
     finally:
         for p in processes:
             p.join(timeout=10)
             if p.is_alive():
                 p.terminate()
                 p.join()
-    return LoadResult(roles=results, started=started, ended=ended)
+    return LoadResult(roles=results, started=started)
 
 
 def _parts(out, n: int, timeout: float) -> Iterator[tuple[str, RoleResult | str]]:

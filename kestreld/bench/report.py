@@ -57,12 +57,6 @@ def _cpu(row: Row) -> str:
     return _n(row.server_us)
 
 
-def _switches(row: Row) -> str:
-    """How often the server left its CPU per op: it slept (voluntary context switches) +
-    it was preempted (involuntary).  Sleeping costs a wake-up on the next request."""
-    return f"{row.server_sleeps:.2f} + {row.server_preempted:.2f}"
-
-
 def _each(rows: Sequence[Row | None], cell: Callable[[Row], str], sep: str = " / ") -> str:
     return sep.join(cell(r) if r else "-" for r in rows)
 
@@ -136,8 +130,7 @@ def compare_table(rows: list[Row]) -> Table:
 
 DARNER_COLUMNS = ("workload", "kestreld us/op", "Darner us/op", "memcached us/op",
                   "CPU/op k/Darner", "CPU/op k/m", "ops/s k / Darner / m", "p99 ms k / Darner / m",
-                  "RSS MiB k / Darner / m", "slept + preempted /op k / Darner",
-                  "check k / Darner")  # fmt: skip
+                  "RSS MiB k / Darner / m", "check k / Darner")  # fmt: skip
 
 
 def darner_table(rows: list[Row]) -> Table:
@@ -157,7 +150,6 @@ def darner_table(rows: list[Row]) -> Table:
                 _each(three, lambda r: _n(r.rate)),
                 _each(three, lambda r: _n(r.p99_ms)),
                 _each(three, lambda r: f"{r.rss_mib:.1f}"),
-                _each((k, d), _switches),
                 f"{k.check if k else '-'} / {d.check}"
                 + (f"; Darner {d.errors} errors: {d.error_samples[:2]}" if d.errors else ""),
             ]

@@ -22,8 +22,6 @@ from kestreld.bench import load as bench_load
 from kestreld.bench.load import Role
 from kestreld.bench.servers import (
     MachineSample,
-    RssSampler,
-    context_switches,
     cpu_seconds,
     pin,
     rss,
@@ -246,7 +244,6 @@ class Row:
     server_us: float  # server CPU microseconds per unit
     server_cores: float  # server CPU / wall time
     rss_mib: float  # at the end of the run
-    rss_peak_mib: float  # sampled during the run
     client_cpu: float
     client_us: float
     client_cores: float
@@ -260,8 +257,6 @@ class Row:
     server_us_range: tuple[float, float] = (0.0, 0.0)  # over the runs
     p99_range: tuple[float, float] = (0.0, 0.0)
     instances: int = 1  # server processes; server_cpu, server_cores and RSS are their sums
-    server_sleeps: float = 0.0  # voluntary context switches per unit (the server slept)
-    server_preempted: float = 0.0  # involuntary ones per unit (a runnable server lost its CPU)
     placement: str = ""  # CPUs the server and the load generator were pinned to ("": free)
 
     def to_json(self) -> dict:
@@ -275,13 +270,7 @@ def median_rows(rows: list[Row]) -> list[Row]:
         groups.setdefault((r.key, r.server), []).append(r)
     out = []
     for runs in groups.values():
-        first = runs[0]
-        if len(runs) == 1:
-            first.server_us_range = (first.server_us, first.server_us)
-            first.p99_range = (first.p99_ms, first.p99_ms)
-            out.append(first)
-            continue
-        merged = dataclasses.replace(first)
+        merged = dataclasses.replace(runs[0])
         for f in dataclasses.fields(Row):
             values = [getattr(r, f.name) for r in runs]
             if f.type in ("float", "int") and not f.name.endswith("range"):
@@ -347,6 +336,7 @@ def measure(
             cpus=client_cpus,
         )
         meter.stop()
+        rss_end = sum(rss(srv.pid) for srv in servers)
         check = _check(p, result, prefilled, target)
     finally:
         if meter is not None and meter.profiler is not None:
@@ -357,7 +347,7 @@ def measure(
     window = result.window([p.primary])
     units = primary.items
     p50, p99, pmax = primary.percentiles(0.5, 0.99, 1.0)
-    client_cpu = result.client_cpu
+    client_cpu = sum(r.cpu for r in result.roles.values())
     m = meter
 
     def per_unit(x: float) -> float:
@@ -378,8 +368,7 @@ def measure(
         server_cpu=m.cpu,
         server_us=per_unit(m.cpu) * 1e6,
         server_cores=m.cpu / m.span,
-        rss_mib=m.rss / MiB,
-        rss_peak_mib=m.rss_peak / MiB,
+        rss_mib=rss_end / MiB,
         client_cpu=client_cpu,
         client_us=per_unit(client_cpu) * 1e6,
         client_cores=client_cpu / m.span,
@@ -390,50 +379,32 @@ def measure(
         error_samples=[s for r in result.roles.values() for s in r.error_samples][:5],
         note=p.note,
         instances=count,
-        server_sleeps=per_unit(m.slept),
-        server_preempted=per_unit(m.preempted),
         placement=describe_placement(server_cpus, client_cpus),
     )
 
 
 class Meter:
-    """What the servers (their CPU, context switches, RSS) and the machine used from
-    ``start()`` to ``stop()``, summed over the server processes."""
+    """The servers' CPU (summed over the processes) and the machine's, from ``start()`` to
+    ``stop()``; with a profiler of the first server running meanwhile."""
 
     def __init__(self, pids: list[int], profiler_factory: Callable[[int], Any] | None) -> None:
         self.pids = pids
         self.profiler = profiler_factory(pids[0]) if profiler_factory else None
-        self.samplers = [RssSampler(pid, 0.1) for pid in pids]
 
-    def _now(self) -> tuple[float, int, int, MachineSample, float]:
-        switches = [context_switches(pid) for pid in self.pids]
-        return (
-            sum(cpu_seconds(pid) for pid in self.pids),
-            sum(v for v, _ in switches),
-            sum(n for _, n in switches),
-            MachineSample.now(),
-            time.perf_counter(),
-        )
+    def _sample(self) -> tuple[float, MachineSample, float]:
+        return sum(cpu_seconds(pid) for pid in self.pids), MachineSample.now(), time.perf_counter()
 
     def start(self) -> None:
-        self.before = self._now()
-        for sampler in self.samplers:
-            sampler.start()
+        self.before = self._sample()
         if self.profiler is not None:
             self.profiler.start()
 
     def stop(self) -> None:
         if self.profiler is not None:
             self.profiler.stop()
-        cpu, slept, preempted, machine, t = self._now()
-        cpu0, slept0, preempted0, machine0, t0 = self.before
-        self.cpu, self.slept, self.preempted = cpu - cpu0, slept - slept0, preempted - preempted0
-        self.span = t - t0
+        (cpu, machine, t), (cpu0, machine0, t0) = self._sample(), self.before
+        self.cpu, self.span, self.loadavg = cpu - cpu0, t - t0, machine.loadavg
         self.busy_cores = machine.busy_cores_since(machine0)
-        self.loadavg = machine.loadavg
-        ends = [rss(pid) for pid in self.pids]
-        self.rss = sum(ends)
-        self.rss_peak = sum(max(s.stop(), end) for s, end in zip(self.samplers, ends, strict=True))
 
 
 def describe_placement(
