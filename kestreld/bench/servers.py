@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -264,9 +263,7 @@ def darner_path(given: str | None = None) -> str | None:
 
 
 def memcached_path() -> str | None:
-    return shutil.which("memcached") or (
-        "/usr/bin/memcached" if os.access("/usr/bin/memcached", os.X_OK) else None
-    )
+    return shutil.which("memcached", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin"]))
 
 
 def memcached_version() -> str:
@@ -282,16 +279,8 @@ def memcached_version() -> str:
 
 
 def ensure_memcached() -> str:
-    """The memcached binary; installs Debian's package when missing and running as root."""
+    """The memcached binary, or an exit that says how to install it."""
     path = memcached_path()
-    if path:
-        return path
-    if os.geteuid() != 0:
-        raise SystemExit("memcached is not installed: run `sudo apt-get install -y memcached`")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "memcached"]
-    print("bench: installing memcached: " + " ".join(install), file=sys.stderr)
-    if subprocess.run(install, env=env).returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, check=True)
-        subprocess.run(install, env=env, check=True)
-    return memcached_path() or sys.exit("memcached still not found after apt-get install")
+    if path is None:
+        raise SystemExit("memcached is not installed: `apt-get install memcached` (Debian)")
+    return path
