@@ -1,7 +1,7 @@
 """``kestreld bench``: load tests against kestreld, side by side with memcached and Darner
-(``scripts/bench`` calls it).  The load generator (load.py), the workloads (workloads.py),
-the servers it starts (servers.py), the backlog and restart test (backlog.py), the tables
-(report.py) and the command line (cli.py).
+(``scripts/bench`` calls it): the load generator (load.py), the workloads (workloads.py),
+the servers it starts (servers.py), backlog and restart (backlog.py), Darner's own suite
+(darner_suite.py), idle queues (many_queues.py), the tables (report.py), the commands (cli.py).
 
 Ships with the server, the way ``redis-benchmark`` ships with Redis: nothing here is
 imported by the server itself.  The instruments of the performance work live in the

@@ -22,7 +22,7 @@ from typing import Any
 from kestreld.bench import load as bench_load
 from kestreld.bench.load import Role, RoleResult
 from kestreld.bench.report import Table
-from kestreld.bench.servers import KestreldServer, RssSampler, memory, rss
+from kestreld.bench.servers import KestreldServer, memory, rss
 
 MiB = 1024 * 1024
 QUEUE = "backlog"
@@ -41,8 +41,6 @@ def run_backlog(
     """The figures (MiB, seconds, items/s) and the check of one run."""
     n = size // item_size
     srv = KestreldServer(f"max_memory_size = {max_memory}\n", workdir=workdir).start()
-    sampler = RssSampler(srv.pid)
-    sampler.start()
     out: dict[str, Any] = {"backlog_mib": n * item_size / MiB, "items": n}
     out |= {"item_size": item_size, "max_memory_mib": max_memory / MiB}
     try:
@@ -54,7 +52,7 @@ def run_backlog(
         if res.errors or res.items < n:
             raise RuntimeError(f"loading stored {res.items:,} of {n:,} ({res.error_samples})")
         out["load_rate"] = res.items / loaded.window()
-        out["rss_loading_mib"] = sampler.take() / MiB
+        out["rss_loading_mib"] = memory(srv.pid)["VmHWM"] / MiB  # the peak since start
         time.sleep(2)  # a checkpoint interval: the steady state with the backlog queued
         out["rss_idle_mib"] = rss(srv.pid) / MiB
         folder = Path(srv.folder)
@@ -64,11 +62,9 @@ def run_backlog(
             f"{out['rss_loading_mib']:.1f} MiB, idle {out['rss_idle_mib']:.1f} MiB"
         )
         t = time.monotonic()
-        sampler.pid = 0
         srv.process.stop(timeout=120)
         out["shutdown_s"] = time.monotonic() - t
         out["first_item_s"], out["listening_s"], data = srv.restart(QUEUE)
-        sampler.pid = srv.pid
         loaded_events = srv.process.events("queues_loaded")
         out["queues_loaded_s"] = loaded_events[-1].get("seconds") if loaded_events else None
         out["first_item_id"] = first = int(data[: bench_load.ID_DIGITS])
@@ -77,7 +73,6 @@ def run_backlog(
             f"backlog: first item {out['first_item_s']:.3f} s after spawn (id {first}), "
             f"RSS {out['rss_restart_mib']:.1f} MiB"
         )
-        sampler.take()
         drain = Role(
             "drain",
             "get",
@@ -95,17 +90,15 @@ def run_backlog(
         out["drained"] = d.items
         out["drain_rate"] = d.items / drained.window()
         out["drain_seconds"] = drained.window()
-        out["rss_drain_mib"] = sampler.take() / MiB
-        out["rss_peak_restart_mib"] = memory(srv.pid)["VmHWM"] / MiB
+        out["rss_drain_mib"] = memory(srv.pid)["VmHWM"] / MiB  # start-up and drain
         out["check"] = _check(d, first, n)
-        stages = ("loading", "idle", "restart", "drain", "peak_restart")
+        stages = ("loading", "idle", "restart", "drain")
         out["rss_max_mib"] = max(out[f"rss_{stage}_mib"] for stage in stages)
         log(
             f"backlog: drained {d.items:,} at {out['drain_rate']:,.0f} gets/s, RSS "
-            f"{out['rss_drain_mib']:.1f} MiB, {out['check']}"
+            f"{out['rss_drain_mib']:.1f} MiB at the most, {out['check']}"
         )
     finally:
-        sampler.stop()
         srv.stop()
     return out
 
@@ -149,8 +142,8 @@ def backlog_table(b: dict[str, Any]) -> Table:
         ("restart: queues_loaded (server's own figure)", sec("queues_loaded_s")),
         ("restart: spawn -> first item served", sec("first_item_s")),
         (
-            "RSS after restart / while draining / peak of restarted process",
-            f"{mib('rss_restart_mib')} / {mib('rss_drain_mib')} / {mib('rss_peak_restart_mib')}",
+            "RSS after restart / peak of the restarted process (drain included)",
+            f"{mib('rss_restart_mib')} / {mib('rss_drain_mib')}",
         ),
         ("drain (1 conn, depth 64)", drain),
         ("check", b["check"]),

@@ -57,8 +57,13 @@ def _cpu(row: Row) -> str:
     return _n(row.server_us)
 
 
+def _cells(rows: Sequence[Row | None], cell: Callable[[Row], str]) -> list[str]:
+    """A cell per server's row; "-" where the server did not run the workload."""
+    return [cell(r) if r else "-" for r in rows]
+
+
 def _each(rows: Sequence[Row | None], cell: Callable[[Row], str], sep: str = " / ") -> str:
-    return sep.join(cell(r) if r else "-" for r in rows)
+    return sep.join(_cells(rows, cell))
 
 
 # --- rows of one server, and side by side -------------------------------------------------------
@@ -112,12 +117,12 @@ def compare_table(rows: list[Row]) -> Table:
         cells.append(
             [
                 ref.description + (f" ({m.note})" if m and m.note else ""),
-                *(_each([r], lambda r: _n(r.rate)) for r in both),
-                *(_each([r], _lat) for r in both),
-                *(_each([r], _cpu) for r in both),
+                *_cells(both, lambda r: _n(r.rate)),
+                *_cells(both, _lat),
+                *_cells(both, _cpu),
                 _ratio(k.server_us, m.server_us) if k and m else "-",
                 _ratio(k.p99_ms, m.p99_ms) if k and m else "-",
-                *(_each([r], lambda r: f"{r.rss_mib:.1f}") for r in both),
+                *_cells(both, lambda r: f"{r.rss_mib:.1f}"),
                 _each(both, lambda r: f"{r.client_cores:.2f}", "/") if k else "-",
                 _each(both, lambda r: f"{r.others_cores:.2f}", "/") if k else "-",
                 (k.check if k else "-")
@@ -144,7 +149,7 @@ def darner_table(rows: list[Row]) -> Table:
         cells.append(
             [
                 d.description + (f" ({m.note})" if m and m.note else ""),
-                *(_each([r], _cpu) for r in three),
+                *_cells(three, _cpu),
                 _ratio(k.server_us, d.server_us) if k else "-",
                 _ratio(k.server_us, m.server_us) if k and m else "-",
                 _each(three, lambda r: _n(r.rate)),

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,32 +59,6 @@ def memory(pid: int) -> dict[str, int]:
 
 def rss(pid: int) -> int:
     return memory(pid).get("VmRSS", 0)
-
-
-class RssSampler(threading.Thread):
-    """The peak VmRSS of process ``pid`` (0: none yet; it may change), every ``period`` s."""
-
-    def __init__(self, pid: int = 0, period: float = 0.05) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.period, self.peak = pid, period, 0
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.period):
-            try:
-                self.peak = max(self.peak, rss(self.pid) if self.pid else 0)
-            except OSError:
-                pass
-
-    def take(self) -> int:
-        """The peak since the last take."""
-        peak, self.peak = self.peak, 0
-        return peak
-
-    def stop(self) -> int:
-        self.stopped.set()
-        self.join(2)
-        return self.peak
 
 
 @dataclass(slots=True)
