@@ -86,7 +86,8 @@ def log(msg: str) -> None:
 OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     # a workload
     "connections": ("-c --connections", dict(type=int, help="connections")),
-    "consumers": ("-c --consumers", dict(type=int, dest="connections", help="consumers")),
+    "consumers": ("-c --consumers", dict(type=int, dest="connections", metavar="CONSUMERS",
+                  help="consumers")),
     "producers": ("-p --producers", dict(type=int, help="producer connections")),
     "readers": ("-r --readers", dict(type=int, help="fanout readers")),
     "size": ("--size", dict(type=size_arg, help="item size, e.g. 64 or 1KiB")),
@@ -97,8 +98,9 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "wait_ms": ("--wait-ms", dict(type=int, help="consumers' get q/t=<ms>")),
     "sync_journal": ("--sync-journal", dict(type=int, help="kestreld's sync_journal; "
                      "0: STORED and confirms only after fsync (group commit)")),
-    "abort_rate": ("--abort-rate", dict(type=float, help="open reads given back (/abort)")),
-    "drop_rate": ("--drop-rate", dict(type=float, help="open reads whose connection drops")),
+    "abort_rate": ("--abort-rate", dict(type=float, help="the share of reads given back")),
+    "drop_rate": ("--drop-rate", dict(type=float, help="the share of reads whose connection "
+                  "is dropped")),
     "rate": ("--rate", dict(type=float, help="items/s per producer; 0: flat out")),
     # where it runs and for how long
     "server": ("--server", dict(choices=("kestreld", "memcached", "both"),
@@ -129,8 +131,9 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "drain_seconds": ("--drain-seconds", dict(type=float, help="time bound of the drain")),
     # darner-suite
     "scale": ("--scale", dict(type=float, help="Darner's item counts times this")),
-    "flood_connections": ("--connections", dict(type=int_list, help="the flood's connections")),
-    "scenarios": ("--scenarios", dict(help="which of Darner's scenarios")),
+    "flood_connections": ("--connections", dict(type=int_list, metavar="LIST",
+                          help="the flood's connections")),
+    "scenarios": ("--scenarios", dict(metavar="LIST", help="which of Darner's scenarios")),
     # queues
     "counts": ("counts", dict(type=int, nargs="+", metavar="N", help="numbers of queues")),
     "idle_seconds": ("--idle-seconds", dict(type=float, help="the idle CPU's window")),
