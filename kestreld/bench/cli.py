@@ -36,7 +36,7 @@ from kestreld.bench.servers import (
     machine_description,
     start_server,
 )
-from kestreld.bench.workloads import Row, Spec, describe_placement, measure, median_rows
+from kestreld.bench.workloads import Row, Spec, measure, median_rows
 from kestreld.config.model import ConfigError, parse_size
 
 
@@ -49,23 +49,16 @@ def size_arg(text: str) -> int:
 
 
 def cpu_list(text: str) -> frozenset[int]:
-    """``0``, ``0,1``, ``0-3,6``: a set of CPU numbers (as taskset -c reads them)."""
+    """``0``, ``0,1``, ``0-3,6``: CPUs this process may run on, as taskset -c reads them."""
     cpus: set[int] = set()
-    try:
-        for part in text.split(","):
-            first, _, last = part.strip().partition("-")
-            lo, hi = int(first), int(last or first)
-            if lo < 0 or hi < lo:
-                raise ValueError
-            cpus.update(range(lo, hi + 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (e.g. 0, 0,1 or 0-3)") from None
-    available = os.sched_getaffinity(0)
-    if not cpus <= available:
-        raise argparse.ArgumentTypeError(
-            f"CPU {min(cpus - available)} is not one this process may run on "
-            f"({','.join(map(str, sorted(available)))})"
-        )
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        if not (first.isdigit() and (last or first).isdigit()):
+            raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (e.g. 0, 0,1 or 0-3)")
+        cpus.update(range(int(first), int(last or first) + 1))
+    if not cpus or not cpus <= os.sched_getaffinity(0):
+        mine = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        raise argparse.ArgumentTypeError(f"not CPUs this process may run on ({mine}): {text!r}")
     return frozenset(cpus)
 
 
@@ -301,7 +294,6 @@ def run_rows(
                 f"{row.server_us:.1f} us/{row.unit} ({row.server_cores:.2f} cores)  client "
                 f"{row.client_cores:.2f} cores  others {row.others_cores:.2f}  RSS "
                 f"{row.rss_mib:.1f} MiB  {row.check}"
-                + (f"  ({row.placement})" if row.placement else "")
                 + (f"  ERRORS {row.errors}: {row.error_samples}" if row.errors else "")
             )
     return rows
@@ -374,11 +366,8 @@ def cmd_compare(args: argparse.Namespace) -> Outcome:
         "backlog": backlog,
         "targets": [dict(zip(report.TARGET_COLUMNS, t.cells(), strict=True)) for t in targets],
     }
-    machine = {"darner": darner or "not measured"}
-    if placement := describe_placement(args.server_cpus, args.client_cpus):
-        machine["placement"] = placement
     tables.append(report.targets_table(targets))
-    return Outcome(tables, figures, checks_passed(rows), machine)
+    return Outcome(tables, figures, checks_passed(rows), {"darner": darner or "not measured"})
 
 
 def cmd_backlog(args: argparse.Namespace) -> Outcome:
@@ -471,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     machine = machine_description()
     outcome = RUNNERS.get(args.command, cmd_workload)(args)
+    for who in ("server", "client"):  # --server-cpus, --client-cpus
+        if cpus := getattr(args, f"{who}_cpus", None):
+            machine[f"{who} CPUs"] = ",".join(map(str, sorted(cpus)))
     machine |= outcome.machine | {"loadavg at end": loadavg()}
     run = {"command": f"kestreld bench {shlex.join(argv)}", "started": started, "machine": machine}
     publish(args, outcome, run)

@@ -1,16 +1,9 @@
-"""The load generator: worker processes, each driving many raw-socket connections.
+"""The load generator: worker processes, each driving its share of a role's raw-socket
+connections from one epoll loop, a batch of ``depth`` requests in flight per connection.
 
-A workload is a list of :class:`Role` (producers, consumers, fanout readers...).
-Each role's connections are split over a few worker processes; a worker
-connects all of its sockets, waits at a barrier with the others, then drives
-them from one epoll loop: it sends a batch of ``depth`` pre-built requests on
-a connection, parses the replies as they arrive, records the batch's latency
-(send of the batch to its last reply) and sends the next batch at once.
-
-Every item carries its id in its first 16 bytes, so consumers can count how
-many times each id arrived (the exactly-once check).  Every loop is bounded:
-by its item count, by ``seconds`` (no new batch after the deadline) and by a
-stall timeout.
+Every item carries its id in its first 16 bytes, so that consumers can count how many times
+each id arrived (the exactly-once check).  Every loop is bounded: by its item count, by
+``seconds`` (no new batch after it) and by a stall timeout.
 """
 
 from __future__ import annotations
@@ -29,11 +22,11 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from kestreld.bench.servers import pin
+
 ID_DIGITS = 16
 STORED = b"STORED\r\n"
 VALUE_END = b"\r\nEND\r\n"
-#: Pre-build every request of a worker when they take at most this many bytes.
-PREBUILD_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -278,13 +271,6 @@ class SetConnection(Connection):
         self.next_id = self.reply_id = self.lo
         self.fmt = _set_format(role)
         self.copies = 2 if role.distinct_keys else 1  # the format takes a key's id, then the item's
-        depth = role.depth
-        self.batches = (
-            [self._batch(i, min(depth, self.hi - i)) for i in range(self.lo, self.hi, depth)]
-            if worker.prebuild
-            else None
-        )
-        self.batch_no = 0
 
     def next_batch(self) -> tuple[bytes, int, int] | None:
         i = self.next_id
@@ -293,14 +279,8 @@ class SetConnection(Connection):
         n = min(self.role.depth, self.hi - i)
         self.next_id = i + n
         self.reply_id = i  # the id the next STORED stands for
-        if self.batches is None:
-            return self._batch(i, n), n, n
-        self.batch_no += 1
-        return self.batches[self.batch_no - 1], n, n
-
-    def _batch(self, first: int, n: int) -> bytes:
-        ids = tuple(i for i in range(first, first + n) for _ in range(self.copies))
-        return self.fmt * n % ids
+        ids = tuple(k for k in range(i, i + n) for _ in range(self.copies))
+        return self.fmt * n % ids, n, n
 
     def on_data(self, data: bytes) -> None:
         n = self.expected
@@ -553,10 +533,6 @@ class Worker:
         # db: this worker's share of the role's sets and gets, as of its connections
         c, lo, hi = role.connections, indexes.start, indexes.stop
         self.left = [n * hi // c - n * lo // c for n in (role.count, role.gets)]
-        need = 0
-        if role.kind in ("set", "pair"):
-            need = len(indexes) * (role.count // max(1, role.connections) + 1) * (role.size + 40)
-        self.prebuild = need <= PREBUILD_BYTES
 
     def connect(self, index: int = 0) -> socket.socket:
         port = self.ports[index % len(self.ports)]
@@ -637,8 +613,7 @@ class Worker:
 
 def _worker_main(role, indexes, ports, shared, seconds, stall, barrier, out, cpus) -> None:
     try:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
+        pin(os.getpid(), cpus)
         out.put((role.name, Worker(role, indexes, ports, shared, seconds).run(barrier, stall)))
     except BaseException as e:  # report it, and never leave the others at the barrier
         barrier.abort()
@@ -662,11 +637,8 @@ def run(
     on_start: Callable[[], None] | None = None,
     cpus: frozenset[int] | None = None,
 ) -> LoadResult:
-    """Run the roles at once against 127.0.0.1:port; ``on_start()`` is called as they go.
-    With ``cpus``, the worker processes run on those CPUs only.
-
-    With a list of ports, connection i of each role goes to ``port[i % len(port)]``.
-    """
+    """Run the roles at once against 127.0.0.1:port (connection i of a role to ``port[i %
+    len(port)]`` with a list), the workers on ``cpus``; ``on_start()`` is called as they go."""
     ports = [port] if isinstance(port, int) else port
     ctx = mp.get_context("fork")
     total = sum(r.connections for r in roles)

@@ -1,13 +1,9 @@
-"""The servers under test (kestreld, memcached, Darner) and what /proc says about them.
-
-Every server listens on a free loopback port, in a fresh folder, and is stopped (SIGTERM)
-when the caller is done with it.  CPU figures come from ``/proc/<pid>/stat`` (utime + stime
-of the whole thread group), context switches from each thread's status, memory from
-``/proc/<pid>/status``; the machine's own load from ``/proc/stat`` and ``/proc/loadavg``.
-"""
+"""The servers under test (kestreld, memcached, Darner), each on a free loopback port and a
+fresh folder, and what /proc says about them and the machine."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -37,14 +33,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
-def pin(pid: int, cpus: frozenset[int]) -> None:
-    """Run every thread of process ``pid`` on ``cpus`` only (threads it starts later inherit
-    it): a benchmark's placement, not something a server does to itself."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
+def pin(pid: int, cpus: frozenset[int] | None) -> None:
+    """Every thread of ``pid`` (and those it starts later) on ``cpus`` only; None: anywhere.
+    The one place a benchmark's placement is made, for servers and load generator alike."""
+    for tid in os.listdir(f"/proc/{pid}/task") if cpus else ():
+        with contextlib.suppress(ProcessLookupError):  # a thread that just ended
             os.sched_setaffinity(int(tid), cpus)
-        except ProcessLookupError:
-            continue
 
 
 def memory(pid: int) -> dict[str, int]:
@@ -196,33 +190,22 @@ class PeerServer:
                 shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def memcached_server() -> PeerServer:
-    """A private memcached (no UDP, its default threads), the protocol's upper bound."""
-    argv = [ensure_memcached(), "-l", "127.0.0.1", "-p", "{port}", "-U", "0"]
-    argv += ["-m", "2048", "-c", "4096"]
-    if os.geteuid() == 0:
-        argv += ["-u", "nobody"]  # memcached refuses to run as root otherwise
-    return PeerServer("memcached", argv)
-
-
-def darner_server(binary: str, *, workdir: str | None = None) -> PeerServer:
-    """Darner (C++, boost asio + leveldb; it speaks Kestrel's memcache protocol) on a fresh
-    data folder, removed on stop."""
-    folder = tempfile.mkdtemp(prefix="darner-bench-", dir=workdir)
-    return PeerServer("darner", [binary, "-p", "{port}", "-d", folder], folder)
-
-
 def start_server(
     name: str, config: str = "", *, workdir: str | None = None, darner: str | None = None
 ) -> KestreldServer | PeerServer:
-    """A fresh, started ``name``: "kestreld" (with ``config``), "memcached" or "darner"."""
+    """A fresh, started ``name``: "kestreld" (with ``config``), "memcached" (no UDP, its
+    default threads: the protocol's upper bound) or "darner" (the binary ``darner``)."""
+    if name == "kestreld":
+        return KestreldServer(config, workdir=workdir).start()
     if name == "memcached":
-        return memcached_server().start()
-    if name == "darner":
-        if darner is None:
-            raise ValueError("no Darner binary given")
-        return darner_server(darner, workdir=workdir).start()
-    return KestreldServer(config, workdir=workdir).start()
+        argv = [ensure_memcached(), "-l", "127.0.0.1", "-p", "{port}", "-U", "0"]
+        argv += ["-m", "2048", "-c", "4096"]
+        argv += ["-u", "nobody"] if os.geteuid() == 0 else []  # memcached refuses root otherwise
+        return PeerServer("memcached", argv).start()
+    if darner is None:
+        raise ValueError("no Darner binary given")
+    folder = tempfile.mkdtemp(prefix="darner-bench-", dir=workdir)
+    return PeerServer("darner", [darner, "-p", "{port}", "-d", folder], folder).start()
 
 
 def darner_path(given: str | None = None) -> str | None:

@@ -257,7 +257,6 @@ class Row:
     server_us_range: tuple[float, float] = (0.0, 0.0)  # over the runs
     p99_range: tuple[float, float] = (0.0, 0.0)
     instances: int = 1  # server processes; server_cpu, server_cores and RSS are their sums
-    placement: str = ""  # CPUs the server and the load generator were pinned to ("": free)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -314,8 +313,7 @@ def measure(
         ports = [srv.port for srv in servers]
         target = ports[0] if count == 1 else ports
         for srv in servers:
-            if server_cpus:
-                pin(srv.pid, server_cpus)
+            pin(srv.pid, server_cpus)
             with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
                 conn = Conn(sock)
                 for command in p.commands:  # set-up requests, each answered before the next
@@ -379,7 +377,6 @@ def measure(
         error_samples=[s for r in result.roles.values() for s in r.error_samples][:5],
         note=p.note,
         instances=count,
-        placement=describe_placement(server_cpus, client_cpus),
     )
 
 
@@ -405,19 +402,6 @@ class Meter:
         (cpu, machine, t), (cpu0, machine0, t0) = self._sample(), self.before
         self.cpu, self.span, self.loadavg = cpu - cpu0, t - t0, machine.loadavg
         self.busy_cores = machine.busy_cores_since(machine0)
-
-
-def describe_placement(
-    server_cpus: frozenset[int] | None, client_cpus: frozenset[int] | None
-) -> str:
-    """How a pinned run was placed, for its row ("" when the scheduler placed it)."""
-    if not (server_cpus or client_cpus):
-        return ""
-
-    def cpus(which: frozenset[int] | None) -> str:
-        return ",".join(map(str, sorted(which))) if which else "any"
-
-    return f"server on CPU {cpus(server_cpus)}, clients on CPU {cpus(client_cpus)}"
 
 
 def _check(

@@ -36,7 +36,7 @@ from kestreld.bench.servers import (
     PeerServer,
     cpu_seconds,
     darner_path,
-    darner_server,
+    start_server,
 )
 
 SIZE = 1024
@@ -111,9 +111,8 @@ def measure_compiled(
 def run(
     server: KestreldServer | PeerServer, op: str, seconds: float, program: Path | None = None
 ) -> tuple[int, float]:
-    """``op`` against a fresh ``server`` (with the C client ``program``, if given):
-    (requests, server CPU µs per request)."""
-    server.start()
+    """``op`` against a fresh, started ``server`` (with the C client ``program``, if given):
+    (requests, server CPU µs per request); stops it."""
     try:
         if program is not None:
             return measure_compiled(program, server.port, server.pid, op, seconds)
@@ -166,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rounds(args: argparse.Namespace, program: Path | None) -> int:
     darner = darner_path(args.darner)
-    servers = [("kestreld", lambda: KestreldServer(args.config + "\n"))]
+    servers = [("kestreld", lambda: start_server("kestreld", args.config + "\n"))]
     if darner:
-        servers.append(("Darner", lambda: darner_server(darner)))
+        servers.append(("Darner", lambda: start_server("darner", darner=darner)))
     names = [name for name, _ in servers]
     costs: dict[tuple[str, str], list[float]] = {}
     for r in range(args.rounds):

@@ -85,7 +85,14 @@ def test_a_pinned_run_places_the_server_and_the_load_generator(tmp_path):
     )
     assert row is not None and row.errors == 0 and row.check.startswith("exactly once")
     assert seen["server"] == {cpu}
-    assert row.placement == f"server on CPU {cpu}, clients on CPU {cpu}"
+
+
+def test_the_machine_description_says_where_the_run_was_pinned(capsys):
+    cpu = str(min(os.sched_getaffinity(0)))
+    argv = ["compare", "--list", "--server-cpus", cpu, "--client-cpus", cpu, "--markdown"]
+    assert bench_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"- server CPUs: {cpu}\n- client CPUs: {cpu}\n" in out
 
 
 class _NoProfile:
