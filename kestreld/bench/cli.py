@@ -1,11 +1,5 @@
-"""``kestreld bench`` (``scripts/bench``): load tests for kestreld, side by side with memcached
-and Darner.
-
-Every command starts its own server(s) on a free loopback port, in a fresh queue folder, and
-stops them when done; every command ends the same way (:func:`publish`): the machine and the
-tables on stdout, and as asked a Markdown file and the figures as JSON.  The options are
-defined once (``OPTIONS``) and each command names the ones it takes (``COMMANDS``).
-"""
+"""``kestreld bench`` (``scripts/bench``): its options, each defined once (``OPTIONS``), the
+commands that take them (``COMMANDS``), and what every command ends with (:func:`publish`)."""
 
 from __future__ import annotations
 
@@ -141,87 +135,55 @@ OUTPUT = dict(markdown=False, markdown_file=None, json=None)
 RUN = dict(seconds=5.0, procs=2, server_cpus=None, client_cpus=None, workdir=None, **OUTPUT)
 WORKLOAD = dict(size="1KiB", depth=1, server="kestreld", instances=1, **RUN)
 
-#: command -> (help, description, {option: default}).
+#: command -> (what it does, what else its --help says, {option: default}).
 COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "put-many": (
-        "C connections store N items (set-only)",
-        "C connections each store their share of N items into one queue (memcached: "
-        "distinct keys). Kestrel's put-many.",
-        dict(connections=10, items=100_000, sync_journal=None, **WORKLOAD),
-    ),
-    "get-drain": (
-        "C connections drain a prefilled queue",
-        "The queue is prefilled with N items (not measured); C connections then get until it "
-        "is empty (memcached: get the prefilled keys). Each id must arrive exactly once; what "
-        "a time-bounded run leaves is drained and counted after.",
-        dict(connections=10, reliable=False, items=100_000, **WORKLOAD),
-    ),
-    "flood": (
-        "producers and consumers at once (Kestrel's flood)",
-        "P producers and C consumers run at once; consumers use get q/t=ms, or with "
-        "--reliable the open/close loop get q/close/open/t=ms. Checks every item arrives "
-        "exactly once. memcached: set k + get k per item.",
-        dict(producers=1, consumers=1, reliable=False, wait_ms=100, sync_journal=None,
-             items=100_000, **WORKLOAD),
-    ),
-    "leaky-reader": (
-        "reliable readers that give back or drop some items",
-        "P producers, C reliable readers (get q/close/open). Each open item is given back "
-        "with /abort at --abort-rate, or its connection is dropped at --drop-rate; every item "
-        "must still be confirmed exactly once. kestreld only.",
-        dict(producers=1, consumers=10, abort_rate=0.02, drop_rate=0.01, wait_ms=100,
-             items=20_000, **WORKLOAD),
-    ),
-    "fanout": (
-        "producers into a fanout queue read by R readers",
-        "Queue 'fan' (fanout_only) with readers fan+r1..rR; P producers store N items, each "
-        "reader must get every one exactly once. memcached: set k + R x get k.",
-        dict(producers=10, readers=3, wait_ms=100, items=100_000, **WORKLOAD) | dict(depth=16),
-    ),
-    "many-clients": (
-        "many blocked readers, a trickling producer",
-        "C connections wait in get q/t=1000 while P producers trickle items at --rate "
-        "items/s each (Kestrel's many-clients). Every item must reach exactly one reader. "
-        "kestreld only.",
-        dict(consumers=1000, producers=1, rate=1000.0, items=10_000, **WORKLOAD),
-    ),
-    "compare": (
-        "the whole matrix against kestreld, memcached (and Darner), with the targets",
-        "Runs every workload of the matrix against a fresh kestreld, a fresh memcached (and "
-        "a fresh Darner), one after the other, and prints the side-by-side tables, the "
-        "ratios and the targets.",
-        dict(quick=False, only=None, list=False, repeat=1, backlog=0, darner=None, **RUN),
-    ),
-    "backlog": (
-        "RSS with a large backlog, restart to first item, drain rate",
-        "Queues SIZE bytes at max_memory_size MAX, restarts kestreld on it and times spawn "
-        "-> first item served, then drains it on one pipelined connection. Prints RSS at "
-        "each stage.",
-        dict(total="1GiB", item_size="1KiB", max_memory="16MiB", drain_seconds=180.0,
-             procs=2, workdir=None, **OUTPUT),
-    ),
-    "darner-suite": (
-        "Darner's own suite: flood, packing, memory, fairness, hang-ups",
-        "Darner's bench/*.sh scenarios with a client doing what its db does, against "
-        "kestreld and, with --darner (or $DARNER_BIN), Darner.",
-        dict(darner=None, scale=1.0, flood_connections="1,10,100,1000,4000",
-             scenarios="flood,packing,memory,fairness", procs=2, workdir=None, **OUTPUT),
-    ),
-    "queues": (
-        "what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
-        "N queues get 10 items of 100 B each, then sit idle; one row per N.",
-        dict(counts=None, idle_seconds=5.0, workdir=None, **OUTPUT),
-    ),
+    "put-many": ("C connections store N items into one queue (Kestrel's put-many)",
+                 "memcached: sets of distinct keys.",
+                 dict(connections=10, items=100_000, sync_journal=None, **WORKLOAD)),
+    "get-drain": ("C connections drain a queue prefilled with N items",
+                  "Each item must arrive exactly once. memcached: gets of the prefilled keys.",
+                  dict(connections=10, reliable=False, items=100_000, **WORKLOAD)),
+    "flood": ("P producers and C consumers at once (Kestrel's flood)",
+              "Each item must arrive exactly once. memcached: set k + get k per item.",
+              dict(producers=1, consumers=1, reliable=False, wait_ms=100, sync_journal=None,
+                   items=100_000, **WORKLOAD)),
+    "leaky-reader": ("C reliable readers that give back (/abort) or drop some items",
+                     "Each item must still be confirmed exactly once. kestreld only.",
+                     dict(producers=1, consumers=10, abort_rate=0.02, drop_rate=0.01,
+                          wait_ms=100, items=20_000, **WORKLOAD)),
+    "fanout": ("P producers into a fanout queue read by R readers",
+               "Each reader must get every item exactly once. memcached: set k + R x get k.",
+               dict(producers=10, readers=3, wait_ms=100, items=100_000, **WORKLOAD)
+               | dict(depth=16)),
+    "many-clients": ("C readers wait in get q/t=1000 while producers trickle at --rate",
+                     "Kestrel's many-clients. Each item must reach exactly one reader. "
+                     "kestreld only.",
+                     dict(consumers=1000, producers=1, rate=1000.0, items=10_000, **WORKLOAD)),
+    "compare": ("the whole matrix against kestreld, memcached (and Darner), with the targets",
+                "Each row against a fresh server of each kind, one after the other.",
+                dict(quick=False, only=None, list=False, repeat=1, backlog=0, darner=None,
+                     **RUN)),
+    "backlog": ("RSS with a large backlog, restart to first item, drain rate",
+                "kestreld at --max-memory with --size queued, restarted, then drained.",
+                dict(total="1GiB", item_size="1KiB", max_memory="16MiB", drain_seconds=180.0,
+                     procs=2, workdir=None, **OUTPUT)),
+    "darner-suite": ("Darner's own suite: flood, packing, memory, fairness, hang-ups",
+                     "Darner's bench/*.sh with a client doing what its db does, against "
+                     "kestreld and, with --darner (or $DARNER_BIN), Darner.",
+                     dict(darner=None, scale=1.0, flood_connections="1,10,100,1000,4000",
+                          scenarios="flood,packing,memory,fairness", procs=2, workdir=None,
+                          **OUTPUT)),
+    "queues": ("what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
+               "N queues get 10 items of 100 B each, then sit idle; one row per N.",
+               dict(counts=None, idle_seconds=5.0, workdir=None, **OUTPUT)),
 }  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kestreld bench",
-        description="Load tests for kestreld (in the spirit of Kestrel's), side by side with "
-        "memcached and Darner. Each figure comes with the server's CPU per operation (from "
-        "/proc/<pid>/stat), its RSS, the load generator's own CPU and the CPU the rest of the "
-        "machine used meanwhile.",
+        description="Load tests for kestreld, side by side with memcached and Darner "
+        "(BENCHMARKS.md says how to read them).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
         "  kestreld bench put-many -c 100 --size 1KiB --server both\n"
@@ -233,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     for command, (summary, description, defaults) in COMMANDS.items():
-        p = sub.add_parser(command, help=summary, description=description)
+        p = sub.add_parser(command, help=summary, description=f"{summary}. {description}")
         for name, default in defaults.items():
             flag_text, keywords = OPTIONS[name]
             flags = flag_text.split()
@@ -385,21 +347,12 @@ def cmd_backlog(args: argparse.Namespace) -> Outcome:
     return Outcome(tables, {"backlog": b}, "FAILED" not in b["check"])
 
 
-def raise_open_file_limit() -> None:
-    """Thousands of connections or queues: the soft limit up to the hard one (the servers
-    started from here inherit it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def cmd_darner_suite(args: argparse.Namespace) -> Outcome:
     scenarios = args.scenarios.split(",")
     if unknown := set(scenarios) - set(SCENARIOS):
         raise SystemExit(
             f"darner-suite: no scenario {', '.join(sorted(unknown))} ({', '.join(SCENARIOS)})"
         )
-    raise_open_file_limit()
     sizes = SuiteSizes(args.scale, tuple(args.flood_connections))
     darner = darner_path(args.darner)
     if args.darner and not darner:
@@ -416,7 +369,6 @@ def cmd_darner_suite(args: argparse.Namespace) -> Outcome:
 
 
 def cmd_queues(args: argparse.Namespace) -> Outcome:
-    raise_open_file_limit()
     runs = [
         run_queues(n, idle_seconds=args.idle_seconds, workdir=args.workdir, log=log)
         for n in args.counts
@@ -457,6 +409,9 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    # Thousands of connections or queues: the soft limit up to the hard one (servers inherit it).
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     machine = machine_description()
     outcome = RUNNERS.get(args.command, cmd_workload)(args)

@@ -1,12 +1,5 @@
-"""The workloads, what each means for kestreld and for memcached, and one measured run.
-
-A :class:`Spec` names a workload and its knobs; :func:`plan` turns it into the
-roles to run against one server (memcached's analog uses distinct keys: a
-queue hand-off becomes ``set k`` + ``get k``); :func:`measure` starts a fresh
-server, runs the unmeasured set-up (prefill), then the measured roles, and
-returns a :class:`Row` with throughput, latency, server and client CPU, RSS
-and the machine's load during the run.
-"""
+"""The workloads: what each means for kestreld, memcached and Darner (:func:`plan`), and one
+measured run against a fresh server (:func:`measure`)."""
 
 from __future__ import annotations
 
@@ -73,8 +66,7 @@ class Spec:
         return f"{name}-{size}-c{conns}-d{self.depth}{many}"
 
     def describe(self) -> str:
-        many = f", {self.instances} instances" if self.instances > 1 else ""
-        return self._describe() + many
+        return self._describe() + (f", {self.instances} instances" if self.instances > 1 else "")
 
     def _describe(self) -> str:
         size = f"{self.size // 1024} KiB" if self.size % 1024 == 0 else f"{self.size} B"
@@ -196,31 +188,13 @@ def plan(spec: Spec, server: str) -> Plan | None:
     if spec.workload == "fanout":
         config += "[queues.fan]\nfanout_only = true\n"
         producer = Role("producer", "set", spec.producers, n, size=size, queue="fan", verify=True)
-        readers = [
-            Role(
-                f"reader-{i}",
-                "get",
-                1,
-                n,
-                size=size,
-                depth=depth,
-                queue=f"fan+r{i}",
-                wait_ms=spec.wait_ms,
-                shared_stop=True,
-                verify=True,
-            )
-            for i in range(1, spec.readers + 1)
-        ]
-        commands = [f"get fan+r{i}\r\n".encode() for i in range(1, spec.readers + 1)]
-        return Plan(
-            [producer, *readers],
-            "item",
-            "producer",
-            config=config,
-            commands=commands,
-            producer="producer",
-            complete=[r.name for r in readers],
-        )
+        reader = dict(size=size, depth=depth, wait_ms=spec.wait_ms, shared_stop=True, verify=True)
+        numbers = range(1, spec.readers + 1)
+        readers = [Role(f"reader-{i}", "get", 1, n, queue=f"fan+r{i}", **reader) for i in numbers]
+        commands = [f"get fan+r{i}\r\n".encode() for i in numbers]  # creates the readers
+        names = [r.name for r in readers]
+        return Plan([producer, *readers], "item", "producer", config, commands=commands,
+                    producer="producer", complete=names)  # fmt: skip
     raise ValueError(f"unknown workload {spec.workload}")
 
 
