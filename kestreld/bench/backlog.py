@@ -1,16 +1,6 @@
-"""Backlog and restart: memory with a large queue, time to the first item after a restart,
-and the drain rate.
-
-1. Start kestreld with ``max_memory_size`` small (16 MiB) and queue ``size`` bytes
-   of items through one pipelined connection (so that queue order is id order),
-   sampling RSS all along.
-2. Stop it gracefully (SIGTERM) and start it again on the same folder; from the
-   moment the process is spawned to the reply of a ``get backlog`` sent as soon as
-   it listens: the restart figure (interpreter start-up, imports and queue loading
-   included).
-3. Drain the rest on one pipelined connection (depth 64), checking that every
-   id arrives exactly once and in order (id 0 first, to the restart probe).
-"""
+"""Backlog and restart: kestreld's memory with a large queue (loaded on one pipelined
+connection, so that queue order is id order), the time from spawn to the first item served
+after a graceful restart, and the drain, every id once and in order."""
 
 from __future__ import annotations
 
@@ -73,18 +63,8 @@ def run_backlog(
             f"backlog: first item {out['first_item_s']:.3f} s after spawn (id {first}), "
             f"RSS {out['rss_restart_mib']:.1f} MiB"
         )
-        drain = Role(
-            "drain",
-            "get",
-            1,
-            n,
-            size=item_size,
-            depth=64,
-            queue=QUEUE,
-            stop_on_miss=True,
-            verify=True,
-            ordered=True,
-        )
+        drain = Role("drain", "get", 1, n, size=item_size, depth=64, queue=QUEUE)
+        drain.stop_on_miss = drain.verify = drain.ordered = True
         drained = bench_load.run([drain], srv.port, seconds=drain_seconds, procs=1)
         d = drained.roles["drain"]
         out["drained"] = d.items

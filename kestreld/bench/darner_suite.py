@@ -1,12 +1,6 @@
-"""Darner's benchmark suite (its ``bench/*.sh`` and ``db.cpp`` client), run by kestreld bench.
-
-:func:`db` does what Darner's ``db`` does: ``C`` connections share ``S`` sets and ``G`` gets
-of one queue (``db_bench``), one request in flight each, a get or a set chosen to keep the
-ratio; with a bad-client rate ``B``, every ``B``-th request of a connection is cut in half
-and the connection hung up (a new one takes its place).  The scenarios are Darner's
-``flood.sh``, ``packing.sh``, ``mem_rss.sh`` and ``fairness.sh``, with sizes scaled by
-``scale`` so that a smoke test runs in seconds.
-"""
+"""Darner's benchmark suite, run by ``kestreld bench darner-suite``: its ``flood.sh``,
+``packing.sh``, ``mem_rss.sh`` and ``fairness.sh``, sizes times ``scale``, with :func:`db`
+doing what its ``db`` client does."""
 
 from __future__ import annotations
 

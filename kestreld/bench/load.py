@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kestreld.bench.servers import pin
@@ -61,10 +61,8 @@ class Role:
 
     def id_range(self, index: int) -> tuple[int, int]:
         """Ids [lo, hi) produced (or fetched by key) by connection ``index``."""
-        return (
-            self.count * index // self.connections,
-            self.count * (index + 1) // self.connections,
-        )
+        n, c = self.count, self.connections
+        return n * index // c, n * (index + 1) // c
 
 
 @dataclass(slots=True)
@@ -102,12 +100,7 @@ class RoleResult:
         self.latencies.extend(part.latencies)
         self.last = max(self.last, part.last)
         if part.ids is not None:
-            if self.ids is None:
-                self.ids = part.ids
-            else:
-                self.ids = bytearray(
-                    min(255, a + b) for a, b in zip(self.ids, part.ids, strict=True)
-                )
+            self.ids = part.ids if self.ids is None else add_counts(self.ids, part.ids)
 
     def percentiles(self, *qs: float) -> list[float]:
         """Batch latencies (seconds) at these quantiles; 1.0 is the maximum."""
@@ -117,16 +110,20 @@ class RoleResult:
         return [lat[min(len(lat) - 1, int(q * (len(lat) - 1) + 0.5))] for q in qs]
 
 
+def add_counts(a: bytearray, b: bytearray) -> bytearray:
+    """Two tallies of the times each id arrived, added (saturating at 255)."""
+    return bytearray(min(255, x + y) for x, y in zip(a, b, strict=True))
+
+
 @dataclass(slots=True)
 class LoadResult:
     roles: dict[str, RoleResult]
     started: float  # perf_counter when the barrier opened
 
-    def window(self, names: list[str] | None = None) -> float:
-        """Seconds from the start to the last reply of these roles (all by default)."""
-        roles = [self.roles[n] for n in names] if names else list(self.roles.values())
-        last = max((r.last for r in roles), default=0.0)
-        return max(1e-9, last - self.started)
+    def window(self, name: str | None = None) -> float:
+        """Seconds from the start to the last counted reply of role ``name`` (or of any)."""
+        roles = [self.roles[name]] if name else self.roles.values()
+        return max(1e-9, max(r.last for r in roles) - self.started)
 
 
 # --- connections ------------------------------------------------------------------------------
@@ -675,7 +672,12 @@ def run(
         started = time.perf_counter()
         if on_start is not None:
             on_start()
-        for name, part in _parts(out, len(processes), seconds + stall + 60):
+        timeout = seconds + stall + 60
+        for _ in processes:
+            try:
+                name, part = out.get(timeout=timeout)
+            except queue.Empty:
+                raise LoadFailed(f"a worker did not report within {timeout:.0f} s") from None
             if isinstance(part, str):
                 raise LoadFailed(f"worker for {name} failed: {part}")
             results[name].merge(part)
@@ -686,12 +688,3 @@ def run(
                 p.terminate()
                 p.join()
     return LoadResult(roles=results, started=started)
-
-
-def _parts(out, n: int, timeout: float) -> Iterator[tuple[str, RoleResult | str]]:
-    """The workers' reports, (role, tally or why it failed), each within ``timeout`` s."""
-    for _ in range(n):
-        try:
-            yield out.get(timeout=timeout)
-        except queue.Empty:
-            raise LoadFailed(f"a worker did not report within {timeout:.0f} s") from None

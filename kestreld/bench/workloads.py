@@ -316,7 +316,7 @@ def measure(
         for srv in servers:
             srv.stop()
     primary = result.roles[p.primary]
-    window = result.window([p.primary])
+    window = result.window(p.primary)
     units = primary.items
     p50, p99, pmax = primary.percentiles(0.5, 0.99, 1.0)
     client_cpu = sum(r.cpu for r in result.roles.values())
@@ -416,7 +416,7 @@ def _check(
                 rest = bench_load.run([drain], each, seconds=300, procs=1).roles["drain"]
                 left += rest.items
                 assert rest.ids is not None
-                got = bytes(min(255, a + b) for a, b in zip(got, rest.ids, strict=True))
+                got = bench_load.add_counts(got, rest.ids)
         if got == produced:
             verdicts.append("exactly once" + (f" ({left} drained after)" if left else ""))
             continue
