@@ -266,7 +266,7 @@ def cmd_workload(args: argparse.Namespace) -> Outcome:
     servers = ["kestreld", "memcached"] if args.server == "both" else [args.server]
     rows = run_rows([spec], servers, args)
     table = report.compare_table(rows) if len(servers) > 1 else report.rows_table(rows)
-    return Outcome([table], {"rows": [r.to_json() for r in rows]}, checks_passed(rows))
+    return Outcome([table], {"rows": [dataclasses.asdict(r) for r in rows]}, checks_passed(rows))
 
 
 def compare_matrix(quick: bool, seconds: float, procs: int) -> list[Spec]:
@@ -323,8 +323,8 @@ def cmd_compare(args: argparse.Namespace) -> Outcome:
     tables += [report.darner_table(rows)] if darner else []
     tables += [backlog_table(backlog)] if backlog else []
     figures = {
-        "rows": [r.to_json() for r in rows],
-        "runs": [r.to_json() for r in runs],
+        "rows": [dataclasses.asdict(r) for r in rows],
+        "runs": [dataclasses.asdict(r) for r in runs],
         "backlog": backlog,
         "targets": [dict(zip(report.TARGET_COLUMNS, t.cells(), strict=True)) for t in targets],
     }

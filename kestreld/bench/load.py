@@ -163,7 +163,7 @@ class Connection:
         raise NotImplementedError
 
     def on_value(self, buf: bytearray, start: int, size: int) -> None:
-        raise NotImplementedError
+        self.tally.error("a VALUE where none was due")
 
     def on_line(self, line: bytes) -> None:
         raise NotImplementedError
@@ -192,10 +192,10 @@ class Connection:
         pos = 0
         n = len(buf)
         while self.expected:
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                break
             if buf.startswith(b"VALUE ", pos):
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    break
                 size = int(buf[buf.rfind(b" ", pos, eol) + 1 : eol])
                 start = eol + 2
                 end = start + size + 7
@@ -208,9 +208,6 @@ class Connection:
                 self.on_value(buf, start, size)
                 pos = end
             else:
-                eol = buf.find(b"\r\n", pos)
-                if eol < 0:
-                    break
                 self.on_line(bytes(buf[pos:eol]))
                 pos = eol + 2
             self.expected -= 1
@@ -302,9 +299,6 @@ class SetConnection(Connection):
         else:
             t.error(line.decode("ascii", "replace"))
         self.reply_id += 1
-
-    def on_value(self, buf: bytearray, start: int, size: int) -> None:
-        self.tally.error("VALUE in reply to set")
 
 
 class GetConnection(Connection):

@@ -113,18 +113,12 @@ class KestreldServer:
     def __init__(self, config: str = "", *, workdir: str | None = None) -> None:
         self.folder = tempfile.mkdtemp(prefix="kestreld-bench-", dir=workdir)
         self.process = KestreldProcess(Path(self.folder) / "queues", config)
+        self.port = self.pid = 0
 
     def start(self, timeout: float = 60.0) -> KestreldServer:
         self.process.start(timeout=timeout)
+        self.port, self.pid = self.process.port, self.process.pid
         return self
-
-    @property
-    def port(self) -> int:
-        return self.process.port
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def stop(self) -> None:
         try:
@@ -137,7 +131,7 @@ class KestreldServer:
         (seconds to the first item of ``queue`` served, seconds to ``listening``, the item)."""
         self.process.stop(timeout=120)
         spawned = time.monotonic()
-        self.process.start(timeout=120)
+        self.start(timeout=120)
         listening = time.monotonic()
         with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
             item = Conn(sock).get(queue)
@@ -152,7 +146,7 @@ class PeerServer:
     def __init__(self, name: str, argv: list[str], folder: str | None = None) -> None:
         self.name, self.argv, self.folder = name, argv, folder
         self.proc: subprocess.Popen | None = None
-        self.port = 0
+        self.port = self.pid = 0
 
     def start(self) -> PeerServer:
         self.port = free_port()
@@ -160,6 +154,7 @@ class PeerServer:
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
+        self.pid = self.proc.pid
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -170,11 +165,6 @@ class PeerServer:
                     self.stop()
                     raise RuntimeError(f"{self.name} did not listen: {' '.join(argv)}") from None
                 time.sleep(0.01)
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
     def stop(self) -> None:
         try:

@@ -57,13 +57,13 @@ class Spec:
         }.get(self.workload, self.workload)
         if self.sync_journal is not None:
             name += f"-sync{self.sync_journal}"
-        conns = self.connections
-        many = f"-i{self.instances}" if self.instances > 1 else ""
+        conns = f"c{self.connections}"
         if self.workload in ("flood", "leaky-reader", "many-clients"):
-            return f"{name}-{size}-p{self.producers}c{conns}-d{self.depth}{many}"
-        if self.workload == "fanout":
-            return f"{name}-{size}-p{self.producers}r{self.readers}-d{self.depth}{many}"
-        return f"{name}-{size}-c{conns}-d{self.depth}{many}"
+            conns = f"p{self.producers}{conns}"
+        elif self.workload == "fanout":
+            conns = f"p{self.producers}r{self.readers}"
+        many = f"-i{self.instances}" if self.instances > 1 else ""
+        return f"{name}-{size}-{conns}-d{self.depth}{many}"
 
     def describe(self) -> str:
         return self._describe() + (f", {self.instances} instances" if self.instances > 1 else "")
@@ -131,18 +131,10 @@ def plan(spec: Spec, server: str) -> Plan | None:
         # A reliable drain: each request confirms the item before and opens the next, so one
         # request per item, as a plain get (memcached's analog is its get).
         reliable = spec.reliable and not mc
-        consumer = Role(
-            "consumer",
-            "reliable" if reliable else "get",
-            spec.connections,
-            n,
-            size=size,
-            depth=depth,
-            distinct_keys=mc,
-            shared_stop=reliable,
-            stop_on_miss=True,
-            verify=not mc,
-        )
+        kind = "reliable" if reliable else "get"
+        consumer = Role("consumer", kind, spec.connections, n, size=size, depth=depth)
+        consumer.distinct_keys, consumer.verify = mc, not mc
+        consumer.shared_stop, consumer.stop_on_miss = reliable, True
         return Plan(
             [consumer],
             "get",
@@ -232,9 +224,6 @@ class Row:
     p99_range: tuple[float, float] = (0.0, 0.0)
     instances: int = 1  # server processes; server_cpu, server_cores and RSS are their sums
 
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def median_rows(rows: list[Row]) -> list[Row]:
     """One row per (workload, server): each number the median of its runs, checks all kept."""
@@ -322,8 +311,7 @@ def measure(
     client_cpu = sum(r.cpu for r in result.roles.values())
     m = meter
 
-    def per_unit(x: float) -> float:
-        return x / units if units else 0.0
+    per_unit = 1e6 / units if units else 0.0  # microseconds per unit
 
     return Row(
         key=spec.key,
@@ -338,11 +326,11 @@ def measure(
         p99_ms=p99 * 1000,
         max_ms=pmax * 1000,
         server_cpu=m.cpu,
-        server_us=per_unit(m.cpu) * 1e6,
+        server_us=m.cpu * per_unit,
         server_cores=m.cpu / m.span,
         rss_mib=rss_end / MiB,
         client_cpu=client_cpu,
-        client_us=per_unit(client_cpu) * 1e6,
+        client_us=client_cpu * per_unit,
         client_cores=client_cpu / m.span,
         others_cores=max(0.0, m.busy_cores - (m.cpu + client_cpu) / m.span),
         loadavg=m.loadavg,
@@ -401,17 +389,8 @@ def _check(
         assert got is not None
         left = 0
         if got != produced:
-            drain = Role(
-                "drain",
-                "get",
-                1,
-                len(produced),
-                size=role.role.size,
-                depth=64,
-                queue=role.role.queue,
-                stop_on_miss=True,
-                verify=True,
-            )
+            drain = Role("drain", "get", 1, len(produced), size=role.role.size, depth=64)
+            drain.queue, drain.stop_on_miss, drain.verify = role.role.queue, True, True
             for each in [port] if isinstance(port, int) else port:  # every instance
                 rest = bench_load.run([drain], each, seconds=300, procs=1).roles["drain"]
                 left += rest.items
