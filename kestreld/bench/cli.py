@@ -86,20 +86,16 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "sync_journal": ("--sync-journal", dict(type=int, help="kestreld's sync_journal; "
                      "0: STORED and confirms only after fsync (group commit)")),
     "abort_rate": ("--abort-rate", dict(type=float, help="the share of reads given back")),
-    "drop_rate": ("--drop-rate", dict(type=float, help="the share of reads whose connection "
-                  "is dropped")),
+    "drop_rate": ("--drop-rate", dict(type=float, help="the share of reads hung up on")),
     "rate": ("--rate", dict(type=float, help="items/s per producer; 0: flat out")),
     # where it runs and for how long
-    "server": ("--server", dict(choices=("kestreld", "memcached", "both"),
-               help="the server(s) to run it against")),
+    "server": ("--server", dict(choices=("kestreld", "memcached", "both"), help="the server(s)")),
     "instances": ("--instances", dict(type=int, help="kestreld instances, each its own port "
                   "and folder; connection i of a role goes to instance i %% N")),
     "seconds": ("--seconds", dict(type=float, help="time bound: no new batch after it")),
     "procs": ("--procs", dict(type=int, help="load generator processes")),
-    "server_cpus": ("--server-cpus", dict(type=cpu_list, metavar="LIST",
-                    help="run the servers' threads on these CPUs only (e.g. 1)")),
-    "client_cpus": ("--client-cpus", dict(type=cpu_list, metavar="LIST",
-                    help="run the load generator on these CPUs only (e.g. 0)")),
+    "server_cpus": ("--server-cpus", dict(type=cpu_list, metavar="LIST", help="the servers' CPUs")),
+    "client_cpus": ("--client-cpus", dict(type=cpu_list, metavar="LIST", help="the clients' CPUs")),
     "workdir": ("--workdir", dict(help="where queue folders are created (default: $TMPDIR)")),
     "darner": ("--darner", dict(metavar="PATH", help="a Darner binary to measure beside "
                "kestreld (default: $DARNER_BIN; without one, the others are measured)")),
@@ -109,8 +105,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "list": ("--list", dict(action="store_true", help="list the rows instead of running them")),
     "repeat": ("--repeat", dict(type=int, help="run each row N times, alternating which "
                "server goes first; report medians")),
-    "backlog": ("--backlog", dict(type=size_arg, metavar="SIZE",
-                help="also run the backlog test with SIZE queued (e.g. 1GiB)")),
+    "backlog": ("--backlog", dict(type=size_arg, metavar="SIZE", help="also the backlog test")),
     # backlog
     "total": ("--size", dict(type=size_arg, help="bytes to queue")),
     "item_size": ("--item-size", dict(type=size_arg, help="item size")),
@@ -118,16 +113,14 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "drain_seconds": ("--drain-seconds", dict(type=float, help="time bound of the drain")),
     # darner-suite
     "scale": ("--scale", dict(type=float, help="Darner's item counts times this")),
-    "flood_connections": ("--connections", dict(type=int_list, metavar="LIST",
-                          help="the flood's connections")),
+    "flood_connections": ("--connections", dict(type=int_list, help="the flood's connections")),
     "scenarios": ("--scenarios", dict(metavar="LIST", help="which of Darner's scenarios")),
     # queues
     "counts": ("counts", dict(type=int, nargs="+", metavar="N", help="numbers of queues")),
     "idle_seconds": ("--idle-seconds", dict(type=float, help="the idle CPU's window")),
     # what every command prints and writes
     "markdown": ("--markdown", dict(action="store_true", help="print Markdown tables")),
-    "markdown_file": ("--markdown-file", dict(metavar="FILE",
-                      help="also write the machine and the tables as Markdown")),
+    "markdown_file": ("--markdown-file", dict(metavar="FILE", help="also write it as Markdown")),
     "json": ("--json", dict(metavar="FILE", help="also write the figures as JSON")),
 }  # fmt: skip
 
@@ -208,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# --- the commands ----------------------------------------------------------------------------------
+# --- the commands ---------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -376,7 +369,7 @@ def cmd_queues(args: argparse.Namespace) -> Outcome:
     return Outcome([queues_table(runs)], {"queues": runs})
 
 
-# --- what every command ends with -------------------------------------------------------------------
+# --- what every command ends with -----------------------------------------------------------------
 
 
 def publish(args: argparse.Namespace, outcome: Outcome, run: dict[str, Any]) -> None:

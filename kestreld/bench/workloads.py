@@ -169,14 +169,8 @@ def plan(spec: Spec, server: str) -> Plan | None:
             abort_rate=spec.abort_rate if leaky else 0.0,
             drop_rate=spec.drop_rate if leaky else 0.0,
         )
-        return Plan(
-            [producer, consumer],
-            "item",
-            "consumer",
-            config=config,
-            producer="producer",
-            complete=["consumer"],
-        )
+        roles = [producer, consumer]
+        return Plan(roles, "item", "consumer", config, producer="producer", complete=["consumer"])
     if spec.workload == "fanout":
         config += "[queues.fan]\nfanout_only = true\n"
         producer = Role("producer", "set", spec.producers, n, size=size, queue="fan", verify=True)
