@@ -46,10 +46,11 @@ def cpu_list(text: str) -> frozenset[int]:
     """``0``, ``0,1``, ``0-3,6``: CPUs this process may run on, as taskset -c reads them."""
     cpus: set[int] = set()
     for part in text.split(","):
-        first, _, last = part.partition("-")
-        if not (first.isdigit() and (last or first).isdigit()):
+        first, dash, last = part.partition("-")
+        last = last if dash else first
+        if not (first.isdigit() and last.isdigit() and int(first) <= int(last)):
             raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (e.g. 0, 0,1 or 0-3)")
-        cpus.update(range(int(first), int(last or first) + 1))
+        cpus.update(range(int(first), int(last) + 1))
     if not cpus or not cpus <= os.sched_getaffinity(0):
         mine = ",".join(map(str, sorted(os.sched_getaffinity(0))))
         raise argparse.ArgumentTypeError(f"not CPUs this process may run on ({mine}): {text!r}")
@@ -206,8 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @dataclass(slots=True)
 class Outcome:
-    """What a command measured: its tables, its figures (for --json), whether every check
-    passed, and what the machine's description gains (the Darner binary, the placement)."""
+    """A command's tables, its figures (--json), its checks' verdict, its machine lines."""
 
     tables: list[Table]
     figures: dict[str, Any]
