@@ -301,8 +301,11 @@ def installed(image, production, tmp_path_factory) -> Installed:
                 shutil.copy(src, context / source)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     wheels = tmp / "wheels"
-    # as the image's build stage: no KESTRELD_NO_EXTENSIONS there (CI's second run sets it)
-    build_env = {k: v for k, v in os.environ.items() if k != "KESTRELD_NO_EXTENSIONS"}
+    # as the image's build stage: no KESTRELD_NO_EXTENSIONS there (CI's second run sets it).
+    # Without the profile-guided training run (CI sets KESTRELD_PGO=1): the image compiles
+    # the same modules, and the training would double a build that shares the machine.
+    dropped = ("KESTRELD_NO_EXTENSIONS", "KESTRELD_PGO")
+    build_env = {k: v for k, v in os.environ.items() if k not in dropped}
     subprocess.run(
         [*pip, "wheel", "--no-deps", "-w", str(wheels), str(context)],
         check=True,
