@@ -267,6 +267,10 @@ class Server:
             tls=self.tls is not None,
             auth=self.authenticator is not None,
         )
+        # What start-up freed (compiled config and modules, the journals' replay, which
+        # is large for a restart with a backlog) lies in holes between what stays: given
+        # back now, once, before the server has anything else to do.
+        heap.release()
 
     def _connection(self) -> asyncio.Protocol:
         """A new memcache connection: locked until it authenticates with an auth file, and
