@@ -25,8 +25,6 @@ from kestreld.extras import install_command
 from kestreld.frontends.memcache.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
 from kestreld.frontends.memcache.connection import MemcacheConnection
-from kestreld.frontends.text.connection import TextConnection
-from kestreld.frontends.thrift.connection import ThriftConnection
 from kestreld.journal.files import LOCK_FILE
 from kestreld.journal.handles import DescriptorBudget, descriptor_budget, raise_open_file_limit
 from kestreld.journal.periodic_sync import sync_filesystem
@@ -269,6 +267,10 @@ class Server:
             tls=self.tls is not None,
             auth=self.authenticator is not None,
         )
+        # What start-up freed (compiled config and modules, the journals' replay, which
+        # is large for a restart with a backlog) lies in holes between what stays: given
+        # back now, once, before the server has anything else to do.
+        heap.release()
 
     def _connection(self) -> asyncio.Protocol:
         """A new memcache connection: locked until it authenticates with an auth file, and
@@ -295,11 +297,19 @@ class Server:
         is on every listener.
         """
         config = self.config
-        wanted = [
-            ("text", config.text_port, lambda: self._secured(TextConnection(self))),
-            ("thrift", config.thrift_port, lambda: self._secured(ThriftConnection(self))),
-        ]
-        wanted = [w for w in wanted if w[1]]
+        wanted: list[tuple[str, int, Callable[[], Any]]] = []
+        # Kestrel's text and thrift front ends are imported only when configured: the thrift
+        # one (thriftpy2 and its parsed IDL) is about 5 MiB of a server's idle memory.
+        if config.text_port:
+            from kestreld.frontends.text.connection import TextConnection
+
+            wanted.append(("text", config.text_port, lambda: self._secured(TextConnection(self))))
+        if config.thrift_port:
+            from kestreld.frontends.thrift.connection import ThriftConnection
+
+            wanted.append(
+                ("thrift", config.thrift_port, lambda: self._secured(ThriftConnection(self)))
+            )
         if config.port or not wanted:
             wanted.insert(0, ("memcache", config.port, self._connection))
         for kind, port, factory in wanted:

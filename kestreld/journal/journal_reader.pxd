@@ -51,4 +51,4 @@ cdef class JournalReader:
     cpdef _progress_acked(self, list ids, Batch batch)
     @cython.locals(rb=ReadBehind, journal=WriterJournal, seg=Segment, loaded=cython.longlong,
                    id_=cython.longlong)
-    cpdef list read_ahead(self, long long room, bint have)
+    cpdef list read_ahead(self, long long room, bint have, long long per_item)

@@ -312,11 +312,12 @@ class JournalReader:
 
     # --- read-behind --------------------------------------------------------------------
 
-    def read_ahead(self, room: int, have: bool) -> list[Put]:
+    def read_ahead(self, room: int, have: bool, per_item: int) -> list[Put]:
         """The next unconsumed puts of read-behind, in order, the cursor moved past them.
 
-        At most about :data:`REFILL_CHUNK` bytes and ``room`` bytes, but at least one
-        put when ``have`` is False (memory is empty).  Damage skipped on the way is
+        At most about :data:`REFILL_CHUNK` bytes, and ``room`` bytes counting ``per_item``
+        beside each put's data (what it costs in memory), but at least one put when
+        ``have`` is False (memory is empty).  Damage skipped on the way is
         counted for :meth:`take_lost`.  Leaves read-behind when it catches up with the
         writer.
         """
@@ -345,12 +346,12 @@ class JournalReader:
                 id_ = p.id
                 if id_ < rb.next_id or id_ <= head or id_ in done:
                     continue
-                if have and p.size > room:
+                if have and p.size + per_item > room:
                     # Full: resume at this record next time.
                     offset, problem = p.offset, None
                     break
                 out.append(p)
-                room -= p.size
+                room -= p.size + per_item
                 have = True
                 loaded += p.size + 1
                 rb.loaded(id_)

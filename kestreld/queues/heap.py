@@ -12,7 +12,6 @@ took the last item) pays for it, once per burst, and an idle server never runs i
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 #: mallopt's parameter numbers (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -26,11 +25,10 @@ TRIM_THRESHOLD = 1024 * 1024
 
 
 def _load_libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    # The process's own symbols (libc's among them): ctypes.util.find_library would load
+    # tempfile, shutil and the compressors, half a MiB of every server, to find the same.
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)
         libc.malloc_trim  # noqa: B018  (glibc only: musl and others have none)
         libc.mallopt  # noqa: B018
     except (OSError, AttributeError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class QueueItem:
     """One item.  Immutable by convention: fanout readers share the same object."""
@@ -45,3 +47,20 @@ def new_item(id_: int, add_time: int, expire_time: int, error_count: int, data: 
     item.error_count = error_count
     item.data = data
     return item
+
+
+def memory_overhead() -> int:
+    """Bytes an item held in memory costs beside its data: what ``max_memory_size`` charges
+    each item on top of ``len(data)``, so that a reader's items really stay within it.
+
+    The item record (with its cycle-collector header, when it has one), the value's bytes
+    header, what the allocator adds to the value (its chunk header and rounding, 16 bytes
+    on average) and the item's slot in the queue.  As plain Python the id and add time are
+    int objects of their own; compiled they are C fields of the record.
+    """
+    sample = new_item(1 << 40, 1 << 40, 0, 0, b"")
+    record = -(-sys.getsizeof(sample) // 16) * 16  # Python's allocator hands out 16-byte steps
+    cost = record + sys.getsizeof(b"") + 16 + 8
+    if __file__.endswith(".py"):
+        cost += 2 * sys.getsizeof(1 << 40)
+    return cost

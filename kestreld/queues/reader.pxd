@@ -16,6 +16,7 @@ from kestreld.queues.item cimport QueueItem
 
 
 cdef long long RELEASE_AFTER
+cdef long long ITEM_OVERHEAD
 
 
 cdef class OpenRead:

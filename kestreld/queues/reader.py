@@ -3,7 +3,8 @@ reads, waiters, expiry and counts.
 
 A queue has one reader per consumer group: the default reader (``q``) and any
 fanout readers (``q+r``).  Each reader holds at most ``max_memory_size``
-bytes of items in memory; past that it is in *read-behind*: new items stay in
+bytes of items in memory, each item counted with what it costs beside its data
+(:data:`ITEM_OVERHEAD`); past that it is in *read-behind*: new items stay in
 the writer journal only and are streamed back in order as memory drains.
 
 What the reader consumed (head, done set, the ids still owed), the read-behind
@@ -30,7 +31,7 @@ from kestreld.journal.segment import Segment
 from kestreld.journal.writer import WriterJournal
 from kestreld.queues import heap
 from kestreld.queues.blocking import BlockingQueue, Waiter
-from kestreld.queues.item import QueueItem
+from kestreld.queues.item import QueueItem, memory_overhead
 
 #: Counts and sizes are C integers when compiled: a count read from damaged files, or a
 #: configured max_memory_size, past this (4 Ei) is taken as this.
@@ -40,6 +41,11 @@ COUNT_CAP = 1 << 62
 #: freed heap back to the system when it empties (see Reader._drained); smaller bursts are
 #: not worth a walk of the heap.
 RELEASE_AFTER = 4 * 1024 * 1024
+
+#: What max_memory_size charges each item in memory beside its data (the item record, the
+#: value's header, the allocator's share, the queue's slot: about 110 bytes compiled): a
+#: million small items must not hold several times the configured memory.
+ITEM_OVERHEAD = memory_overhead()
 
 #: Called with (reader's full name, ms the item waited) at every hand-off of an item to a
 #: consumer (a get, or a waiter served by a put or a give-back); the admin port's delivery
@@ -211,7 +217,11 @@ class Reader:
         self.bytes += size
         if jr.read_behind is None:
             memory = self.memory
-            if seg is None or self.mem_bytes + size <= self.cfg_max_memory or not memory:
+            if (
+                seg is None
+                or self.mem_bytes + size + (len(memory) + 1) * ITEM_OVERHEAD <= self.cfg_max_memory
+                or not memory
+            ):
                 if memory.hand_off(item):
                     self._removed(item, now)
                 else:
@@ -305,7 +315,7 @@ class Reader:
                 continue
             if (
                 self.journal_reader.read_behind is not None
-                and self.mem_bytes < self.cfg_max_memory // 2
+                and self.mem_bytes + len(memory) * ITEM_OVERHEAD < self.cfg_max_memory // 2
             ):
                 self._refill()
             return item
@@ -520,7 +530,8 @@ class Reader:
     def _refill(self) -> bool:
         """Load items from the journal into memory; False when nothing could be loaded."""
         memory = self.memory
-        puts = self.journal_reader.read_ahead(self.cfg_max_memory - self.mem_bytes, bool(memory))
+        room = self.cfg_max_memory - self.mem_bytes - len(memory) * ITEM_OVERHEAD
+        puts = self.journal_reader.read_ahead(room, bool(memory), ITEM_OVERHEAD)
         for p in puts:
             memory.put(QueueItem(p.id, p.add_time, p.expire_time, p.error_count, p.data))  # type: ignore[arg-type]
             self.mem_bytes += p.size

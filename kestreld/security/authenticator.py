@@ -12,8 +12,6 @@ refusal goes out.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -77,6 +75,8 @@ class Authenticator:
         user = self.auth.user(name)
         if user is None:
             return None
+        import hmac  # loaded by the first authentication (see _digest)
+
         digest = self._remembered.get((name, user.password_hash))
         if digest is None or not hmac.compare_digest(digest, self._digest(password)):
             return None
@@ -96,6 +96,8 @@ class Authenticator:
             loop = asyncio.get_running_loop()
             ok = await loop.run_in_executor(self._executor, verify_password, password, encoded)
         else:  # a password stored in the clear (memcached's file format)
+            import hmac
+
             ok = hmac.compare_digest(encoded.encode("utf-8"), password)
         if ok and user is not None and self.auth.user(name) is user:
             if len(self._remembered) >= _REMEMBERED_LIMIT:
@@ -125,6 +127,11 @@ class Authenticator:
             await asyncio.sleep(delay)
 
     def _digest(self, password: bytes) -> bytes:
+        # hashlib and hmac (OpenSSL's digest tables, 0.6 MiB) are imported by the first
+        # authentication: a server without an auth file never loads them.
+        import hashlib
+        import hmac
+
         return hmac.new(self._key, password, hashlib.sha256).digest()
 
     def close(self) -> None:

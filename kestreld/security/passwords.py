@@ -10,8 +10,6 @@ line says how it was made.  Checking a password costs what making it cost
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import os
 import re
 
@@ -81,10 +79,16 @@ def verify_password(password: bytes, encoded: str) -> bool:
         )
     except ValueError:
         return False
+    import hmac  # (OpenSSL's digests: loaded only where passwords are checked, see _scrypt)
+
     return hmac.compare_digest(key, expected)
 
 
 def _scrypt(password: bytes, salt: bytes, log2_n: int, r: int, p: int, length: int) -> bytes:
+    # hashlib (OpenSSL's digest tables) is 0.6 MiB of a server's memory: imported by the
+    # first password check, so a server without an auth file never loads it.
+    import hashlib
+
     return hashlib.scrypt(
         password, salt=salt, n=1 << log2_n, r=r, p=p, maxmem=_MAX_MEMORY, dklen=length
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from kestreld.bench.servers import rss
+from kestreld.queues.item import memory_overhead
 from kestreld.testing.process import Conn
 
 MiB = 1024 * 1024
@@ -49,6 +50,30 @@ def test_rss_with_a_backlog_stays_near_max_memory_size(make_server):
     assert rss(server.pid) < idle + 8 * MiB + 16 * MiB
     drain(c, "backlog", 40_960)
     assert c.get("backlog") is None
+    c.close()
+
+
+def test_items_in_memory_are_charged_what_they_cost_beside_their_data(make_server):
+    server = make_server('max_memory_size = "4MiB"\n')
+    c = Conn(server.connect())
+    grow(c, "charged", 8_192)  # 8 MiB queued
+    stats = c.stats()
+    in_memory, data = int(stats["queue_charged_mem_items"]), int(stats["queue_charged_mem_bytes"])
+    assert data == in_memory * len(ITEM)
+    # Each item costs its data and at least the record and the value's header beside it.
+    assert data + in_memory * 80 <= 4 * MiB
+    # And memory is filled to within an item or two of the bound.
+    assert data + in_memory * memory_overhead() > 4 * MiB - 2 * (memory_overhead() + len(ITEM))
+    c.close()
+
+
+def test_rss_with_a_backlog_stays_within_max_memory_size(make_server):
+    server = make_server('max_memory_size = "32MiB"\n')
+    c = Conn(server.connect())
+    time.sleep(0.5)
+    idle = rss(server.pid)
+    grow(c, "backlog", 65_536)  # 64 MiB queued, at most 32 MiB of memory for it
+    assert rss(server.pid) < idle + 32 * MiB + 4 * MiB
     c.close()
 
 
