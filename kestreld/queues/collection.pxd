@@ -23,6 +23,7 @@ cdef class QueueCollection:
     cdef public object handles
     cdef public set _sweeping
     cdef public set _unsettled
+    cdef public object owns
 
     @cython.locals(queue=JournaledQueue)
     cpdef JournaledQueue queue(self, object name, bint create)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 import structlog
@@ -50,6 +51,14 @@ class TooManyQueues(Exception):
         super().__init__(f"too many queues (max_queues = {limit}); {name} not created")
 
 
+class NotOwned(Exception):
+    """A queue another worker owns (``workers = N``): this worker never opens its journal."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"queue {name} belongs to another worker")
+        self.name = name
+
+
 class QueueCollection:
     __slots__ = (
         "config",
@@ -65,6 +74,7 @@ class QueueCollection:
         "handles",
         "_sweeping",
         "_unsettled",
+        "owns",
     )
 
     def __init__(self, config: ServerConfig, executor: Executor | None = None) -> None:
@@ -89,6 +99,9 @@ class QueueCollection:
         self._unsettled: set[JournaledQueue] = set()
         # The rewrites running off the loop (shutdown waits for them).
         self._compacting: tuple[Future, list[Compaction]] | None = None
+        #: With ``workers = N``: True for the queue names this worker owns (it loads and
+        #: creates no other: each journal keeps one writer); None: every queue is ours.
+        self.owns: Callable[[str], bool] | None = None
 
     # --- start-up -----------------------------------------------------------------------
 
@@ -114,6 +127,8 @@ class QueueCollection:
             q, r = full.split("+", 1)
             configured.setdefault(q, []).append(r)
             names.add(q)
+        if self.owns is not None:
+            names = {name for name in names if self.owns(name)}
         for name in sorted(names):
             queue = JournaledQueue(
                 name, self.config, executor=self.executor, tick=self.tick, handles=self.handles
@@ -169,6 +184,8 @@ class QueueCollection:
             return None
         queue = self.queues.get(name)
         if queue is None and create:
+            if self.owns is not None and not self.owns(name):
+                raise NotOwned(name)
             limit = self.config.max_queues
             if limit is not None and len(self.queues) >= limit and not self._configured(name):
                 raise TooManyQueues(name, limit)
@@ -289,7 +306,7 @@ class QueueCollection:
             return
         try:
             self.put(target.partition("+")[0], item.data, 0, now_ms(), item.error_count)
-        except (QueueFull, JournalWriteError, TooManyQueues) as e:
+        except (QueueFull, JournalWriteError, TooManyQueues, NotOwned) as e:
             log.warning(
                 "expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e)
             )
@@ -328,7 +345,7 @@ class QueueCollection:
         try:
             # Kestrel 3.0: a punted item is new in its target (added now, no expiry).
             batch = self.put(target, item.data, 0, now, item.error_count)
-        except (QueueFull, JournalWriteError, OSError) as e:
+        except (QueueFull, JournalWriteError, OSError, NotOwned) as e:
             log.warning(
                 "punt_failed",
                 queue=reader.full_name,
