@@ -121,7 +121,9 @@ class Server:
         poll_us = config.busy_poll_us
         self.busy_poll = BusyPoll(DEFAULT_LIMIT_US if poll_us is None else poll_us)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
-        self.queues = QueueCollection(config, self.executor)
+        self.queues = QueueCollection(
+            config, self.executor, role.ownership.owns if role is not None else None
+        )
         #: How the open-file limit is shared (set at start, once the limit is raised).
         self.descriptors: DescriptorBudget | None = None
         #: The status requests are checked against (the announced one after its grace period).
@@ -203,8 +205,6 @@ class Server:
         self._share_descriptors()
         self._load_security()
         self._lock_folder()
-        if self.role is not None:
-            self.queues.owns = self.role.ownership.owns
         try:
             status = load_status(self.status_path, ServerStatus(self.config.default_status))
             self.status_board = StatusBoard(status, self.config.status_change_grace_period)
@@ -269,7 +269,6 @@ class Server:
             profile_guided=profile_guided(),
             tls=self.tls is not None,
             auth=self.authenticator is not None,
-            **({} if self.role is None else {"worker": self.role.index}),
         )
         if self.role is not None:
             self.role.announce_ready()
@@ -648,8 +647,6 @@ class Server:
             log.info("server_sets_left" if left else "server_sets_not_left")
         for listener in self.listeners.values():
             listener.close()
-        if self.role is not None:
-            self.role.close()
         for task in self._tasks:
             task.cancel()
         if self.metrics is not None:
@@ -681,6 +678,8 @@ class Server:
             await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
             conn.close_now()
+        if self.role is not None:  # after the replies other workers owed our clients
+            self.role.close()
         self.open_ids.close()  # reads held under thrift ids go back before the journals close
         await asyncio.sleep(0)
         self.queues.close()

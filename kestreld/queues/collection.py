@@ -77,7 +77,12 @@ class QueueCollection:
         "owns",
     )
 
-    def __init__(self, config: ServerConfig, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        executor: Executor | None = None,
+        owns: Callable[[str], bool] | None = None,
+    ) -> None:
         self.config = config
         self.executor = executor
         #: Every queue's writer journal flushes in this one callback per event-loop tick.
@@ -101,7 +106,7 @@ class QueueCollection:
         self._compacting: tuple[Future, list[Compaction]] | None = None
         #: With ``workers = N``: True for the queue names this worker owns (it loads and
         #: creates no other: each journal keeps one writer); None: every queue is ours.
-        self.owns: Callable[[str], bool] | None = None
+        self.owns = owns
 
     # --- start-up -----------------------------------------------------------------------
 

@@ -49,8 +49,9 @@ def _stat_lines(raw: bytes) -> list[tuple[str, str]]:
     return out
 
 
-def merge_stats(replies: list[bytes | None]) -> bytes:
-    """The box's ``stats`` reply from the workers' (None: a worker that did not answer)."""
+def merge_stats(replies: list[bytes | None], serving: int) -> bytes:
+    """The box's ``stats`` reply from the workers' (None: a worker that did not answer);
+    ``serving``: the worker of the connection that asked (its ``worker`` line)."""
     answered = [_stat_lines(r) for r in replies if r is not None]
     if not answered:
         return b"SERVER_ERROR no worker answered\r\n"
@@ -77,6 +78,7 @@ def merge_stats(replies: list[bytes | None]) -> bytes:
     if "total_connections" in values:
         values["total_connections"] = str(int(values["total_connections"]) - channels_total)
     lines = [f"STAT {key} {values[key]}" for key in order]
+    lines.append(f"STAT worker {serving}")
     lines.append(f"STAT workers {len(replies)}")
     lines.append(f"STAT workers_answering {len(answered)}")
     lines.append("END\r\n")

@@ -243,7 +243,8 @@ class Router:
         return upstream
 
     def _stats(self, conn: Any, command: Command, args: list[bytes]) -> None:
-        self._everyone(conn, b"stats\r\n", LIST, False, merge_stats)
+        index = self.index
+        self._everyone(conn, b"stats\r\n", LIST, False, lambda r: merge_stats(r, index))
 
     def _dump(self, conn: Any, command: Command, args: list[bytes]) -> None:
         self._everyone(conn, b" ".join(args) + CRLF, LIST, False, merge_dump)

@@ -278,6 +278,8 @@ class Supervisor:
             try:
                 os.close(ready_r)
                 self._become_worker(parent)
+                # Every event of this process names its worker (the box logs to one stream).
+                structlog.contextvars.bind_contextvars(worker=child.index)
                 role = WorkerRole(child.index, self.count, self.sockets, self.folder, ready_w)
                 code = run_worker(self.config, self.config_path, self.overrides, role)
             except BaseException:
