@@ -110,6 +110,7 @@ class Server:
         self.role = role
         #: The memcache command table (a worker's routes requests to their queue's owner).
         self.commands = COMMANDS
+        self.memcache_connection: type[MemcacheConnection] = MemcacheConnection
         #: Where a worker's requests run (kestreld/workers/routing.py); None: here.
         self.router: Router | None = None
         self.config_path = config_path
@@ -226,6 +227,7 @@ class Server:
             if self.role is not None:  # routes set before the first client is accepted
                 self.router = await self.role.attach(self)
                 self.commands = self.router.table()
+                self.memcache_connection = self.router.connection_class
             await self._listen()
         except BaseException:
             self._unlock()
@@ -278,7 +280,7 @@ class Server:
         TLS between its socket and the memcache protocol when the port is TLS's
         (kestreld/security/tls_stream.py)."""
         if self.authenticator is None:
-            conn = MemcacheConnection(self, self.commands, UNKNOWN)
+            conn = self.memcache_connection(self, self.commands, UNKNOWN)
         else:  # nothing runs until it authenticates (kestreld/frontends/memcache/auth.py)
             conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
         return self._secured(conn)
@@ -657,6 +659,8 @@ class Server:
         # dropped STORED would make its producer retry an item already stored.
         for conn in list(self.connections):
             conn.close()
+        if self.router is not None:
+            self.router.stopping()  # waits forwarded to other workers end now
         journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
         # Every journal's buffer is written, then one sync of the file system covers them
         # all (and the files of idle queues whose descriptors were closed): one fsync per

@@ -24,9 +24,10 @@ from typing import Any
 
 import structlog
 
-from kestreld.frontends.memcache.commands import COMMANDS, queue_name
+from kestreld.frontends.memcache.commands import COMMANDS, parse_get, queue_name
+from kestreld.frontends.memcache.connection import MemcacheConnection
 from kestreld.frontends.memcache.framing import Command
-from kestreld.frontends.memcache.replies import client_error, server_error
+from kestreld.frontends.memcache.replies import server_error
 from kestreld.journal.batch import Batch
 from kestreld.session.reply import PendingReply, pending_confirm
 from kestreld.workers.box_stats import merge_dump, merge_stats
@@ -68,6 +69,8 @@ class Router:
         #: Requests this worker served itself / sent to an owner (the cost of crossing).
         self.local = 0
         self.crossed = 0
+        #: The class of this worker's client connections.
+        self.connection_class = RoutedConnection
 
     # --- the table --------------------------------------------------------------------------
 
@@ -127,9 +130,40 @@ class Router:
         if len(owners) > 1:
             owners.discard(-1)  # a bad key among others: answered by the owner of the rest
         if len(owners) > 1:
-            conn.out.append(client_error("the keys of one get live on different workers"))
+            self._get_spread(conn, command, args)
             return
         self._run(conn, command, args, owners.pop(), ONE)
+
+    def _get_spread(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        """A get of several keys whose queues live on several workers: each worker gets its
+        keys (this one too, over its own channel), and the items are put back in the
+        order of the keys, as one server answers."""
+        keys = args[1:]
+        for key in keys:
+            parsed = parse_get(key)
+            if type(parsed) is bytes or parsed.open or parsed.timeout:  # type: ignore[union-attr]
+                command_run(command, conn, args)  # its error, before anything is fetched
+                return
+        groups: dict[int, list[bytes]] = {}
+        for key in keys:
+            owner = self._owner(key)
+            groups.setdefault(self.index if owner < 0 else owner, []).append(key)
+        self.crossed += 1
+        reply = self._hold(conn)
+        replies: dict[int, bytes] = {}
+
+        def answered(owner: int, raw: bytes | None) -> None:
+            replies[owner] = raw if raw is not None else _gone(owner)
+            if len(replies) == len(groups):
+                _answer(conn, reply, in_key_order(keys, list(replies.values())))
+
+        for owner, group in groups.items():
+            request = b" ".join([args[0], *group]) + CRLF
+            upstream = self._upstream(conn, owner)
+            if upstream is None:
+                answered(owner, None)
+            else:
+                upstream.request(request, ONE, lambda raw, o=owner: answered(o, raw))
 
     def _named(self, conn: Any, command: Command, args: list[bytes]) -> None:
         owner = self._owner(args[1]) if len(args) > 1 else -1
@@ -197,6 +231,20 @@ class Router:
         reply = pending_confirm(Batch(), None)
         conn.hold(reply)
         return reply
+
+    def client_finished(self, conn: Any) -> None:
+        """The client half-closed: its connections to the owners do too, so a wait there
+        ends now (an item is never handed to a client that may be gone)."""
+        mine = self.upstreams.get(conn)
+        if mine:
+            for upstream in mine.values():
+                upstream.finish()
+
+    def stopping(self) -> None:
+        """The worker stops: every owner answers what it was sent, without waiting."""
+        for mine in self.upstreams.values():
+            for upstream in mine.values():
+                upstream.finish()
 
     def connection_closed(self, conn: Any) -> None:
         """The client left: its connections to the owners close (its reads there go back)."""
@@ -299,6 +347,43 @@ class Router:
         for upstream in self.box.values():
             upstream.close()
         self.box.clear()
+
+
+class RoutedConnection(MemcacheConnection):
+    """A client connection of a worker: its half-close reaches the owners it used."""
+
+    __slots__ = ()
+
+    def eof_received(self) -> bool | None:
+        keep = super().eof_received()
+        self.server.router.client_finished(self)
+        return keep
+
+
+def in_key_order(keys: list[bytes], replies: list[bytes]) -> bytes:
+    """One multi-key get reply from the replies of its parts: the items in key order, then
+    END; the first error line of a part instead, when one failed."""
+    items: dict[bytes, list[bytes]] = {}
+    for raw in replies:
+        pos = 0
+        while pos < len(raw):
+            eol = raw.index(b"\r\n", pos)
+            if not raw.startswith(b"VALUE ", pos):
+                if raw[pos:eol] != b"END":
+                    return raw[pos : eol + 2]
+                pos = eol + 2
+                continue
+            words = raw[pos:eol].split()
+            end = eol + 2 + int(words[3]) + 2
+            items.setdefault(words[1], []).append(raw[pos:end])
+            pos = end
+    out = []
+    for key in keys:
+        found = items.get(key)
+        if found:
+            out.append(found.pop(0))
+    out.append(END)
+    return b"".join(out)
 
 
 def command_run(command: Command, conn: Any, args: list[bytes]) -> None:

@@ -71,6 +71,8 @@ class Supervisor:
         self.folder = ""
         self.lock_fd = -1
         self.stopping = False
+        self.stop_signal = 0  # SIGTERM or SIGINT received
+        self.hup = False  # SIGHUP received
         self.stop_deadline = 0.0
         self.announced = False
         self.exit_code = 0
@@ -123,17 +125,26 @@ class Supervisor:
 
     # --- signals ----------------------------------------------------------------------------
 
+    # Handlers only note the signal: the watch loop acts on it.  (A handler that logged
+    # could run while the loop is inside the logger's lock, and wait on it for ever.)
+
     def _on_stop(self, signum: int, frame: Any) -> None:
-        if self.stopping:
-            return
-        self.stopping = True
-        self.stop_deadline = time.monotonic() + STOP_TIMEOUT
-        log.info("shutdown_requested", reason=signal.Signals(signum).name, workers=self.count)
-        self._signal_all(signal.SIGTERM)
+        self.stop_signal = signum
 
     def _on_hup(self, signum: int, frame: Any) -> None:
-        log.info("reload_requested", reason="SIGHUP", workers=self.count)
-        self._signal_all(signal.SIGHUP)
+        self.hup = True
+
+    def _handle_signals(self) -> None:
+        if self.stop_signal and not self.stopping:
+            self.stopping = True
+            self.stop_deadline = time.monotonic() + STOP_TIMEOUT
+            reason = signal.Signals(self.stop_signal).name
+            log.info("shutdown_requested", reason=reason, workers=self.count)
+            self._signal_all(signal.SIGTERM)
+        if self.hup:
+            self.hup = False
+            log.info("reload_requested", reason="SIGHUP", workers=self.count)
+            self._signal_all(signal.SIGHUP)
 
     def _signal_all(self, sig: int) -> None:
         for child in self.children:
@@ -149,6 +160,7 @@ class Supervisor:
         for child in self.children:
             self._fork(child)
         while True:
+            self._handle_signals()
             self._reap()
             if self.stopping:
                 if not any(c.pid for c in self.children):

@@ -66,6 +66,7 @@ class Upstream(asyncio.Protocol):
         self.buf = b""
         self.lost = False
         self.closing = False
+        self.eof = False  # no more requests: the owner answers what it has, then closes
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         """Connect (a local socket connects at once or not at all; raises OSError)."""
@@ -101,6 +102,16 @@ class Upstream(asyncio.Protocol):
         else:
             self.transport.write(data)
 
+    def finish(self) -> None:
+        """The client sent its last request (or the server stops): the owner ends a wait
+        in progress with its empty reply, answers the rest, and closes (a half-close, as a
+        client's own)."""
+        if self.eof or self.lost:
+            return
+        self.eof = True
+        if self.transport is not None:
+            self.transport.write_eof()
+
     def close(self) -> None:
         """The client left: closing the channel connection gives its open reads back there."""
         self.closing = True
@@ -119,6 +130,11 @@ class Upstream(asyncio.Protocol):
         if self.unsent:
             self.transport.writelines(self.unsent)  # type: ignore[union-attr]
             self.unsent = []
+        if self.eof:
+            self.transport.write_eof()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool | None:
+        return False  # the owner closed its side: so do we (connection_lost follows)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buf + data if self.buf else data

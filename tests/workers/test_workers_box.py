@@ -194,9 +194,9 @@ def test_sigterm_stops_every_worker_gracefully_and_keeps_everything(box, names):
 
 def test_stats_totals_are_the_sum_over_the_workers(box, names):
     conn = _conn(box)
-    for i in range(3):
+    for _ in range(3):
         conn.set(names[0], b"a")
-    for i in range(5):
+    for _ in range(5):
         conn.set(names[1], b"bb")
     stats = _stats(conn)
     assert stats["curr_items"] == "8"
@@ -242,7 +242,8 @@ def test_shutdown_stops_the_box(box):
     assert box.proc.wait(15) == 0
 
 
-def test_a_reload_that_changes_workers_keeps_the_running_count(make_server, tmp_path):
+def test_a_reload_that_changes_workers_keeps_the_running_count(make_server, monkeypatch):
+    monkeypatch.delenv("KESTRELD_TEST_WORKERS", raising=False)  # --workers would pin it
     server = make_server(config="workers = 2\n")
     server.config_path.write_text("workers = 3\nmax_items = 5\n")
     conn = _conn(server)
@@ -256,3 +257,18 @@ def test_a_reload_that_changes_workers_keeps_the_running_count(make_server, tmp_
         return [e for e in events if "workers" in e["keys"]]
 
     assert len(_until(lambda: len(said()) == WORKERS and said())) == WORKERS  # each worker
+
+
+def test_a_get_of_keys_on_both_workers_answers_in_key_order(box, names):
+    conn = _conn(box)
+    first, second = names
+    conn.set(first, b"1")
+    conn.set(second, b"2")
+    conn.send(f"get {second} {first} {second}_empty\r\n")
+    assert conn.until_end() == [
+        f"VALUE {second} 0 1".encode(),
+        b"2",
+        f"VALUE {first} 0 1".encode(),
+        b"1",
+        b"END",
+    ]
