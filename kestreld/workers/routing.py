@@ -33,12 +33,15 @@ from kestreld.session.reply import PendingReply, pending_confirm
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.channel import channel_path
 from kestreld.workers.ownership import Ownership
-from kestreld.workers.upstream import LIST, ONE, Upstream
+from kestreld.workers.upstream import LIST, MONITOR, ONE, Upstream
 
 log = structlog.get_logger("kestreld.workers")
 
 CRLF = b"\r\n"
 END = b"END\r\n"
+
+#: Requests a client connection may have sent to one owner and not had answered yet.
+MAX_IN_FLIGHT = 8
 
 #: Commands that name one queue in their first argument: run by its owner.
 _QUEUE_COMMANDS = (b"delete", b"flush", b"flush_expired", b"confirm", b"monitor")
@@ -64,8 +67,6 @@ class Router:
         self.folder = folder
         #: Each client connection's connections to the other workers (opened on first use).
         self.upstreams: dict[Any, dict[int, Upstream]] = {}
-        #: One connection to every worker (this one too) for box-wide commands.
-        self.box: dict[int, Upstream] = {}
         #: Requests this worker served itself / sent to an owner (the cost of crossing).
         self.local = 0
         self.crossed = 0
@@ -167,7 +168,8 @@ class Router:
 
     def _named(self, conn: Any, command: Command, args: list[bytes]) -> None:
         owner = self._owner(args[1]) if len(args) > 1 else -1
-        self._run(conn, command, args, owner, ONE)
+        shape = MONITOR if args[0].lower() == b"monitor" else ONE
+        self._run(conn, command, args, owner, shape)
 
     def _run(self, conn: Any, command: Command, args: list[bytes], owner: int, shape: int) -> None:
         if owner < 0 or owner == self.index:
@@ -205,9 +207,13 @@ class Router:
             return
         if quiet:
             upstream.request(request, shape, None)
-            return
-        reply = self._hold(conn)
-        upstream.request(request, shape, lambda raw: _answer(conn, reply, raw or _gone(owner)))
+        else:
+            reply = self._hold(conn)
+            upstream.request(request, shape, lambda raw: _answer(conn, reply, raw or _gone(owner)))
+        if upstream.in_flight() >= MAX_IN_FLIGHT:
+            # Back-pressure: the client's next requests wait until the owner answered some
+            # (and a client that does not read its replies pauses as it would here).
+            conn.held = True
 
     def _upstream(self, conn: Any, owner: int) -> Upstream | None:
         mine = self.upstreams.get(conn)
@@ -259,7 +265,12 @@ class Router:
         self, conn: Any, request: bytes, shape: int, quiet: bool, combine: Callable
     ) -> None:
         """Send ``request`` to every worker; ``combine(replies)`` (in worker order, None for
-        one that did not answer) is the client's reply."""
+        one that did not answer) is the client's reply.
+
+        It goes over the client's own connections to the workers (this one's too), behind
+        what the client sent them before, and the client's next request waits for the
+        reply: ``status readonly`` then a ``set`` is refused, wherever the queue lives.
+        """
         count = self.ownership.count
         replies: list[bytes | None] = [None] * count
         left = [count]
@@ -271,24 +282,16 @@ class Router:
             if left[0] == 0 and reply is not None:
                 _answer(conn, reply, combine(replies))
 
+        if reply is not None:
+            # The connection's own gate (what its unacknowledged sets use): requests
+            # after this one wait until the reply is in; replies_ready lifts it.
+            conn.held = True
         for index in range(count):
-            upstream = self._box(index)
+            upstream = self._upstream(conn, index)
             if upstream is None:
                 answered(index, None)
             else:
                 upstream.request(request, shape, lambda raw, i=index: answered(i, raw))
-
-    def _box(self, index: int) -> Upstream | None:
-        upstream = self.box.get(index)
-        if upstream is not None and not upstream.lost:
-            return upstream
-        upstream = Upstream(index, channel_path(self.folder, index))
-        try:
-            upstream.open(asyncio.get_running_loop())
-        except OSError:
-            return None
-        self.box[index] = upstream
-        return upstream
 
     def _stats(self, conn: Any, command: Command, args: list[bytes]) -> None:
         index = self.index
@@ -327,9 +330,23 @@ class Router:
         self._everyone(conn, b" ".join(args) + CRLF, ONE, _quiet(command, args), combine)
 
     def _shutdown(self, conn: Any, command: Command, args: list[bytes]) -> None:
-        conn.close()
-        log.info("shutdown_requested", reason="shutdown command", worker=self.index)
-        os.kill(os.getppid(), signal.SIGTERM)  # the supervisor stops every worker
+        """The supervisor stops every worker, once the owners answered what this client
+        sent them before (as one server would have run it before stopping)."""
+        conn.close()  # nothing after it runs; what it was promised is still sent
+        mine = self.upstreams.get(conn) or {}
+        busy = [upstream for upstream in mine.values() if upstream.in_flight()]
+        left = [len(busy)]
+
+        def stop(raw: bytes | None = None) -> None:
+            left[0] -= 1
+            if left[0] <= 0:
+                log.info("shutdown_requested", reason="shutdown command")
+                os.kill(os.getppid(), signal.SIGTERM)
+
+        if not busy:
+            stop()
+        for upstream in busy:
+            upstream.request(b"version\r\n", ONE, stop)  # answered after what it waits on
 
     def stats(self) -> list[tuple[str, object]]:
         """This worker's lines of its own ``stats`` (the box's merges them)."""
@@ -344,9 +361,6 @@ class Router:
             for upstream in mine.values():
                 upstream.close()
         self.upstreams.clear()
-        for upstream in self.box.values():
-            upstream.close()
-        self.box.clear()
 
 
 class RoutedConnection(MemcacheConnection):

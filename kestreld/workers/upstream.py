@@ -23,6 +23,7 @@ log = structlog.get_logger("kestreld.workers")
 #: Reply shapes.
 ONE = 0  # VALUE blocks, then one line
 LIST = 1  # lines up to END (or an error line)
+MONITOR = 2  # items, each a get's reply (VALUE block, END), then END
 
 _ERRORS = (b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")
 
@@ -32,10 +33,15 @@ Answer = Callable[[bytes | None], None]
 
 def reply_end(buf: bytes, pos: int, shape: int) -> int:
     """Where the reply starting at ``pos`` ends (just past its last CRLF); -1: not all here."""
+    after_value = False
     while True:
         eol = buf.find(b"\r\n", pos)
         if eol < 0:
             return -1
+        if after_value and shape == MONITOR and buf[pos:eol] == b"END":
+            after_value = False  # the END of one item
+            pos = eol + 2
+            continue
         if buf.startswith(b"VALUE ", pos):
             words = buf[pos:eol].split()
             try:
@@ -45,6 +51,7 @@ def reply_end(buf: bytes, pos: int, shape: int) -> int:
             pos = eol + 2 + size + 2
             if pos > len(buf):
                 return -1
+            after_value = True
             continue
         if shape == LIST and not buf.startswith(_ERRORS, pos) and buf[pos:eol] != b"END":
             pos = eol + 2
@@ -101,6 +108,10 @@ class Upstream(asyncio.Protocol):
             self.unsent.append(data)
         else:
             self.transport.write(data)
+
+    def in_flight(self) -> int:
+        """Replies expected and not yet received."""
+        return len(self.expected)
 
     def finish(self) -> None:
         """The client sent its last request (or the server stops): the owner ends a wait

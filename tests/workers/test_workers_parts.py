@@ -11,7 +11,7 @@ from kestreld.config import ConfigError
 from kestreld.config.model import available_cores, build_config
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.ownership import Ownership, owner_of
-from kestreld.workers.upstream import LIST, ONE, reply_end
+from kestreld.workers.upstream import LIST, MONITOR, ONE, reply_end
 
 
 def test_owner_is_crc32_of_the_name_mod_the_worker_count():
@@ -103,3 +103,9 @@ def test_box_dumps_list_each_block_once_by_name():
     assert merged.index("'a'") < merged.index("'b'") < merged.index("'x'")
     assert merged.count("alias 'x'") == 1
     assert merged.endswith("}\r\nEND\r\n")
+
+
+def test_a_monitor_reply_runs_through_its_items_to_the_last_end():
+    buf = b"VALUE m 0 2\r\nM1\r\nEND\r\nVALUE m 0 2\r\nM2\r\nEND\r\nEND\r\nSTORED\r\n"
+    assert reply_end(buf, 0, MONITOR) == len(buf) - len(b"STORED\r\n")
+    assert reply_end(b"END\r\n", 0, MONITOR) == 5
