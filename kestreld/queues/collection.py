@@ -75,6 +75,7 @@ class QueueCollection:
         "_sweeping",
         "_unsettled",
         "owns",
+        "elsewhere",
     )
 
     def __init__(
@@ -107,6 +108,10 @@ class QueueCollection:
         #: With ``workers = N``: True for the queue names this worker owns (it loads and
         #: creates no other: each journal keeps one writer); None: every queue is ours.
         self.owns = owns
+        #: With ``workers = N``: puts to another worker's queue (an alias's destination, an
+        #: error queue, expire_to_queue): (name, data, expire_time, error_count) -> the
+        #: batch resolved once that worker has the item (set by relay_puts_to).
+        self.elsewhere: Callable[..., Batch] | None = None
 
     # --- start-up -----------------------------------------------------------------------
 
@@ -237,6 +242,10 @@ class QueueCollection:
 
     # --- commands -----------------------------------------------------------------------
 
+    def relay_puts_to(self, elsewhere: Callable[..., Batch]) -> None:
+        """With ``workers = N``: how a put reaches a queue another worker owns."""
+        self.elsewhere = elsewhere
+
     def put(self, name: str, data: bytes, expire_time: int, now: int, error_count: int = 0):
         """Put to a queue or an alias: the batch to wait on, or None when already done.
 
@@ -246,6 +255,8 @@ class QueueCollection:
             alias = self.aliases.get(name)
             if alias is not None:
                 return alias.put(data, expire_time, now, self._put_to_queue, error_count)
+        if self.owns is not None and not self.owns(name):
+            return self._put_elsewhere(name, data, expire_time, error_count)
         queue = self.queue(name, create=True)
         assert queue is not None
         return queue.put(data, expire_time, now, error_count)
@@ -253,12 +264,19 @@ class QueueCollection:
     def _put_to_queue(
         self, name: str, data: bytes, expire_time: int, now: int, error_count: int
     ) -> Batch | None:
+        if self.owns is not None and not self.owns(name):
+            return self._put_elsewhere(name, data, expire_time, error_count)
         queue = self.queue(name, create=True)
         if queue is None:  # an alias's destination masked by an alias: refused at config load
             raise QueueFull(name)
         if len(data) > queue.config.max_item_size:  # a set checks it before reading the data
             raise QueueFull(f"{name}: item larger than max_item_size")
         return queue.put(data, expire_time, now, error_count)
+
+    def _put_elsewhere(self, name: str, data: bytes, expire_time: int, error_count: int) -> Batch:
+        if self.elsewhere is None:
+            raise NotOwned(name)
+        return self.elsewhere(name, data, expire_time, error_count)
 
     def alias(self, name: str) -> AliasedQueue | None:
         return self.aliases.get(name)

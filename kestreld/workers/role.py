@@ -50,6 +50,7 @@ class WorkerRole:
             server, channel_path(self.folder, self.index), self.channel_count
         )
         self.router = Router(server, self.ownership, self.folder)
+        server.queues.relay_puts_to(self.router.put_elsewhere)
         return self.router
 
     def announce_ready(self) -> None:

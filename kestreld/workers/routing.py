@@ -180,11 +180,14 @@ class Router:
         self.forward(conn, owner, b" ".join(args) + CRLF, _quiet(command, args), shape)
 
     def _set_line(self, conn: Any, args: list[bytes], size: int) -> bool:
+        """A set's line is judged here wherever its queue lives (its size, its words, the
+        status): a refused block is skipped as it arrives, never read to be sent on."""
         set_command = COMMANDS[b"set"]
-        owner = self._owner(args[1]) if len(args) >= 5 else -1
-        if owner < 0 or owner == self.index:
-            return set_command.accept(conn, args, size)  # type: ignore[misc]
-        return True  # read the block; the owner judges the request
+        keep = set_command.accept(conn, args, size)  # type: ignore[misc]
+        if keep and self._owner(args[1]) not in (-1, self.index):
+            conn.take_put()  # the owner stores it (and counts it: not counted twice)
+            conn.traffic.cmd_set -= 1
+        return keep
 
     def _set_block(self, conn: Any, args: list[bytes], data: bytes) -> None:
         set_command = COMMANDS[b"set"]
@@ -196,6 +199,32 @@ class Router:
         self.crossed += 1
         request = b"".join((b" ".join(args), CRLF, data, CRLF))
         self.forward(conn, owner, request, _quiet(set_command, args), ONE)
+
+    def put_elsewhere(self, name: str, data: bytes, expire_time: int, error_count: int) -> Batch:
+        """A put of this worker's queue side (an alias's destination, an error queue,
+        expire_to_queue) to a queue another worker owns: the batch resolves once the owner
+        answered STORED, or fails with its answer.  (The item's error count starts again
+        at 0 there: the text protocol has no word for it.)"""
+        owner = self.ownership.owner(name)
+        batch = Batch()
+        upstream = self._upstream(self, owner)  # the queue side's own connection to it
+        if upstream is None:
+            batch.resolve(f"worker {owner} is not serving")
+            return batch
+        exptime = 0 if expire_time <= 0 else max(1_000_000, expire_time // 1000)
+        request = b"".join(
+            (b"set %s 0 %d %d\r\n" % (name.encode(), exptime, len(data)), data, CRLF)
+        )
+
+        def stored(raw: bytes | None) -> None:
+            if raw == b"STORED\r\n":
+                batch.resolve()
+            else:
+                said = raw.decode("ascii", "replace").strip() if raw else "no answer"
+                batch.resolve(f"worker {owner}: {said}")
+
+        upstream.request(request, ONE, stored)
+        return batch
 
     def forward(self, conn: Any, owner: int, request: bytes, quiet: bool, shape: int) -> None:
         """Send ``request`` to ``owner`` on ``conn``'s connection to it; its reply is held in

@@ -272,3 +272,38 @@ def test_a_get_of_keys_on_both_workers_answers_in_key_order(box, names):
         b"1",
         b"END",
     ]
+
+
+def test_a_set_to_an_alias_reaches_destinations_on_both_workers(make_server, names):
+    first, second = names
+    box = make_server(
+        config=f'[aliases.both]\ndestination_queues = ["{first}", "{second}"]\n',
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _conn(box)
+    assert conn.set("both", b"fan") == b"STORED"  # once every destination has it
+    assert [conn.get(first), conn.get(second)] == [b"fan", b"fan"]
+
+
+def test_an_aborted_item_is_punted_to_an_error_queue_on_the_other_worker(make_server, names):
+    source, errors = names
+    box = make_server(
+        config=f'[queues.{source}]\npunt_error_to_queue = "{errors}"\n',
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _conn(box)
+    conn.set(source, b"bad")
+    assert conn.get(f"{source}/open") == b"bad"
+    conn.send(f"get {source}/abort\r\n")
+    assert conn.line() == b"END"
+    assert _until(lambda: conn.get(errors)) == b"bad"
+    assert conn.get(source) is None  # it left the source once the error queue had it
+
+
+def test_a_declared_size_above_the_limit_is_refused_before_its_block_crosses(make_server, names):
+    box = make_server(config="max_item_size = \"1KiB\"\n", args=["--workers", str(WORKERS)])
+    conn = _conn(box)
+    for name in names:
+        conn.send(f"set {name} 0 0 2000\r\n" + "x" * 2000 + "\r\n")
+        assert conn.line() == b"NOT_STORED"
+    assert [conn.get(name) for name in names] == [None, None]
