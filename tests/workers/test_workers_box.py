@@ -301,7 +301,7 @@ def test_an_aborted_item_is_punted_to_an_error_queue_on_the_other_worker(make_se
 
 
 def test_a_declared_size_above_the_limit_is_refused_before_its_block_crosses(make_server, names):
-    box = make_server(config="max_item_size = \"1KiB\"\n", args=["--workers", str(WORKERS)])
+    box = make_server(config='max_item_size = "1KiB"\n', args=["--workers", str(WORKERS)])
     conn = _conn(box)
     for name in names:
         conn.send(f"set {name} 0 0 2000\r\n" + "x" * 2000 + "\r\n")
