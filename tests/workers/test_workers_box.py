@@ -307,3 +307,18 @@ def test_a_declared_size_above_the_limit_is_refused_before_its_block_crosses(mak
         conn.send(f"set {name} 0 0 2000\r\n" + "x" * 2000 + "\r\n")
         assert conn.line() == b"NOT_STORED"
     assert [conn.get(name) for name in names] == [None, None]
+
+
+def test_a_worker_that_cannot_start_is_retried_until_it_can(make_server, tmp_path):
+    folder = tmp_path / "damaged"
+    folder.mkdir()
+    (folder / "oldq").write_bytes(b"\x01")  # a Kestrel 2.x journal: a worker refuses to start
+    box = make_server(queue_path=folder, args=["--workers", str(WORKERS)])
+    assert _until(lambda: len(box.events("worker_failed_to_start")) >= 2 * WORKERS)
+    assert box.events("listening")[0]["workers_serving"] == 0
+    (folder / "oldq").unlink()  # repaired: the next try serves
+    assert _until(lambda: sorted(box.worker_pids()) == [0, 1], timeout=15)
+    conn = _conn(box)
+    assert conn.set("after", b"ok") == b"STORED"
+    retries = [e["retry_in"] for e in box.events("worker_failed_to_start") if e["worker"] == 0]
+    assert retries == sorted(retries) and retries[0] < retries[-1]  # backing off
