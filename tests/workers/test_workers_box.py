@@ -322,3 +322,15 @@ def test_a_worker_that_cannot_start_is_retried_until_it_can(make_server, tmp_pat
     assert conn.set("after", b"ok") == b"STORED"
     retries = [e["retry_in"] for e in box.events("worker_failed_to_start") if e["worker"] == 0]
     assert retries == sorted(retries) and retries[0] < retries[-1]  # backing off
+
+
+def test_sighup_reloads_every_worker(make_server, monkeypatch):
+    monkeypatch.delenv("KESTRELD_TEST_WORKERS", raising=False)
+    box = make_server(config="workers = 2\nmax_items = 1\n")
+    conn = _conn(box)
+    first = _owned_by(0, "hup")
+    box.config_path.write_text("workers = 2\nmax_items = 2\n")
+    box.proc.send_signal(signal.SIGHUP)
+    assert _until(lambda: len(box.events("config_reloaded")) == WORKERS)
+    for name in (first, _owned_by(1, "hup")):
+        assert [conn.set(name, b"x") for _ in range(3)] == [b"STORED", b"STORED", b"NOT_STORED"]
