@@ -43,6 +43,8 @@ MAX_RETRY_DELAY = 30.0
 #: How long a graceful stop may take before the workers left are killed.
 STOP_TIMEOUT = 60.0
 _PR_SET_PDEATHSIG = 1
+#: The channels' folder: kestreld-workers-<supervisor pid>-<random>.
+CHANNELS_PREFIX = "kestreld-workers-"
 
 
 @dataclass(slots=True)
@@ -99,8 +101,10 @@ class Supervisor:
         self.sockets["memcache"] = _bind(config.listen_address, config.port)
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         if not runtime or not os.path.isdir(runtime):
-            runtime = None
-        self.folder = tempfile.mkdtemp(prefix="kestreld-workers-", dir=runtime)  # mode 0700
+            runtime = tempfile.gettempdir()
+        _remove_stale_folders(runtime)
+        prefix = f"{CHANNELS_PREFIX}{os.getpid()}-"
+        self.folder = tempfile.mkdtemp(prefix=prefix, dir=runtime)  # mode 0700
 
     def run(self) -> int:
         try:
@@ -330,6 +334,28 @@ class Supervisor:
         if self.lock_fd >= 0:
             os.close(self.lock_fd)
             self.lock_fd = -1
+
+
+def _remove_stale_folders(parent: str) -> None:
+    """The channels' folders of supervisors that died without cleaning up (kill -9)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(CHANNELS_PREFIX):
+            continue
+        pid = name[len(CHANNELS_PREFIX) :].partition("-")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its supervisor still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 def _bind(address: str, port: int) -> socket.socket:
