@@ -59,6 +59,11 @@ def _serve_parser() -> argparse.ArgumentParser:
         "--thrift-port", dest="thrift_port", type=int, help="Kestrel thrift port (0 = off)"
     )
     p.add_argument("--queue-path", dest="queue_path", help="queue folder (default ./queues)")
+    p.add_argument(
+        "--workers",
+        type=_workers,
+        help='worker processes sharing the port and the folder (N or "auto"; default 1)',
+    )
     p.add_argument("--log-format", dest="log_format", choices=["console", "json"])
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--version", action="store_true", help="print the version and exit")
@@ -71,8 +76,19 @@ def _serve_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _workers(text: str) -> int:
+    from kestreld.config import ConfigError
+    from kestreld.config.model import parse_workers
+
+    try:
+        return parse_workers("--workers", text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 #: Command-line flags that override config keys of the same name.
 _SERVER_FLAGS = (
+    "workers",
     "listen_address",
     "port",
     "text_port",

@@ -44,6 +44,8 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per event (print writes the line and its newline apart): the workers of
+        # a box (kestreld/workers/) share one stream, and their lines must not interleave.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )

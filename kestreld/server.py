@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -54,6 +54,10 @@ from kestreld.state import (
 from kestreld.stats import ServerStats, render_dump_stats, render_stats
 from kestreld.status import StatusBoard
 
+if TYPE_CHECKING:
+    from kestreld.workers.role import WorkerRole
+    from kestreld.workers.routing import Router
+
 log = structlog.get_logger("kestreld.server")
 
 
@@ -64,6 +68,7 @@ RESTART_KEYS = (
     "text_port",
     "thrift_port",
     "queue_path",
+    "workers",
     "metrics_port",
     "metrics_address",
     "log_format",
@@ -96,8 +101,16 @@ class Server:
         config: ServerConfig,
         config_path: str | None = None,
         overrides: dict[str, Any] | None = None,
+        role: WorkerRole | None = None,
     ) -> None:
         self.config = config
+        #: With ``workers = N``: which worker this is (kestreld/workers/); None: the only one.
+        self.role = role
+        #: The memcache command table (a worker's routes requests to their queue's owner).
+        self.commands = COMMANDS
+        self.memcache_connection: type[MemcacheConnection] = MemcacheConnection
+        #: Where a worker's requests run (kestreld/workers/routing.py); None: here.
+        self.router: Router | None = None
         self.config_path = config_path
         self.overrides = overrides or {}
         self.stats = ServerStats()
@@ -107,7 +120,9 @@ class Server:
         poll_us = config.busy_poll_us
         self.busy_poll = BusyPoll(DEFAULT_LIMIT_US if poll_us is None else poll_us)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
-        self.queues = QueueCollection(config, self.executor)
+        self.queues = QueueCollection(
+            config, self.executor, role.ownership.owns if role is not None else None
+        )
         #: How the open-file limit is shared (set at start, once the limit is raised).
         self.descriptors: DescriptorBudget | None = None
         #: The status requests are checked against (the announced one after its grace period).
@@ -143,26 +158,8 @@ class Server:
     # --- start-up -----------------------------------------------------------------------
 
     def _lock_folder(self) -> None:
-        folder = self.config.queue_path
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as e:
-            raise StartupError(f"cannot create queue folder {folder}: {e.strerror}") from None
-        path = os.path.join(folder, LOCK_FILE)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise StartupError(f"cannot open {path}: {e.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise StartupError(
-                f"queue folder {os.path.abspath(folder)} is in use by another kestreld"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+        if self.role is None:  # a worker's supervisor holds the lock
+            self._lock_fd = lock_queue_folder(self.config.queue_path)
 
     def _share_descriptors(self) -> None:
         """Raise the soft open-file limit to the hard one, and share it: the journals keep
@@ -225,6 +222,10 @@ class Server:
                 count=len(self.queues.queues),
                 seconds=round(time.monotonic() - started, 3),
             )
+            if self.role is not None:  # routes set before the first client is accepted
+                self.router = await self.role.attach(self)
+                self.commands = self.router.table()
+                self.memcache_connection = self.router.connection_class
             await self._listen()
         except BaseException:
             self._unlock()
@@ -241,8 +242,10 @@ class Server:
                     self._every(self.config.expiration_timer_frequency, self._sweep)
                 )
             )
-        await self._start_metrics()
-        if self.config.zookeeper is not None:
+        serves_box = self.role is None or self.role.serves_box
+        if serves_box:
+            await self._start_metrics()
+        if self.config.zookeeper is not None and serves_box:
             try:
                 self._join_server_sets()
             except StartupError:
@@ -255,7 +258,7 @@ class Server:
             sock = listener.sockets[0].getsockname()
             addresses[kind] = f"{sock[0]}:{sock[1]}"
         log.info(
-            "listening",
+            "listening" if self.role is None else "worker_listening",
             address=next(iter(addresses.values())),  # memcache's, when it is on
             **addresses,
             config=os.path.abspath(self.config_path) if self.config_path else None,
@@ -271,13 +274,15 @@ class Server:
         # is large for a restart with a backlog) lies in holes between what stays: given
         # back now, once, before the server has anything else to do.
         heap.release()
+        if self.role is not None:
+            self.role.announce_ready()
 
     def _connection(self) -> asyncio.Protocol:
         """A new memcache connection: locked until it authenticates with an auth file, and
         TLS between its socket and the memcache protocol when the port is TLS's
         (kestreld/security/tls_stream.py)."""
         if self.authenticator is None:
-            conn = MemcacheConnection(self, COMMANDS, UNKNOWN)
+            conn = self.memcache_connection(self, self.commands, UNKNOWN)
         else:  # nothing runs until it authenticates (kestreld/frontends/memcache/auth.py)
             conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
         return self._secured(conn)
@@ -314,6 +319,11 @@ class Server:
             wanted.insert(0, ("memcache", config.port, self._connection))
         for kind, port, factory in wanted:
             try:
+                if self.role is not None:  # the supervisor's socket, shared by every worker
+                    self.listeners[kind] = await self.loop.create_server(
+                        factory, sock=self.role.sockets[kind], backlog=4096
+                    )
+                    continue
                 self.listeners[kind] = await self.loop.create_server(
                     factory, config.listen_address, port, reuse_address=True, backlog=4096
                 )
@@ -419,6 +429,8 @@ class Server:
         if self.membership is not None:
             extra.append(("zookeeper_connected", int(self.zookeeper_connected)))
         extra.extend(self.busy_poll.stats())
+        if self.role is not None:
+            extra.extend(self.role.stats())
         return render_stats(self.stats, self.queues, len(self.connections), __version__, extra)
 
     def render_dump_stats(self, names: list[str]) -> bytes:
@@ -532,7 +544,8 @@ class Server:
         if not board.change(status, self.loop.time()):
             return
         try:
-            save_status(self.status_path, status)
+            if self.role is None or self.role.serves_box:  # every worker hears it; one saves
+                save_status(self.status_path, status)
         except OSError as e:  # as Kestrel: the change applies, a restart will not remember it
             log.error("status_not_saved", path=self.status_path, error=e.strerror or str(e))
         if self.membership is not None:
@@ -608,6 +621,8 @@ class Server:
     def connection_closed(self, conn: Any) -> None:
         self.connections.discard(conn)
         self._judge_refusals()
+        if self.router is not None:
+            self.router.connection_closed(conn)
 
     def describe_status(self) -> str:
         """The ``status`` reply: the status in force, and a pending one with its seconds left."""
@@ -654,6 +669,8 @@ class Server:
         # dropped STORED would make its producer retry an item already stored.
         for conn in list(self.connections):
             conn.close()
+        if self.router is not None:
+            self.router.stopping()  # waits forwarded to other workers end now
         journals = [q.journal for q in self.queues.queues.values() if q.journal is not None]
         # Every journal's buffer is written, then one sync of the file system covers them
         # all (and the files of idle queues whose descriptors were closed): one fsync per
@@ -675,6 +692,8 @@ class Server:
             await asyncio.sleep(0.005)  # replies drain; clients that do not read are cut
         for conn in list(self.connections):
             conn.close_now()
+        if self.role is not None:  # after the replies other workers owed our clients
+            self.role.close()
         self.open_ids.close()  # reads held under thrift ids go back before the journals close
         await asyncio.sleep(0)
         self.queues.close()
@@ -695,6 +714,30 @@ class Server:
             self._lock_fd = -1
 
 
+def lock_queue_folder(folder: str) -> int:
+    """Create and lock the queue folder: the descriptor holding the lock (StartupError
+    when another kestreld holds it)."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise StartupError(f"cannot create queue folder {folder}: {e.strerror}") from None
+    path = os.path.join(folder, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise StartupError(f"cannot open {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StartupError(
+            f"queue folder {os.path.abspath(folder)} is in use by another kestreld"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
 def _tls_files(config: ServerConfig) -> TlsFiles | None:
     if config.tls_cert_file is None or config.tls_key_file is None:
         return None
@@ -708,8 +751,13 @@ def build_server_config(config_path: str | None, overrides: dict[str, Any]) -> S
     return dataclasses.replace(config, **overrides) if overrides else config
 
 
-async def _main(config: ServerConfig, config_path: str | None, overrides: dict[str, Any]) -> int:
-    server = Server(config, config_path, overrides)
+async def _main(
+    config: ServerConfig,
+    config_path: str | None,
+    overrides: dict[str, Any],
+    role: WorkerRole | None = None,
+) -> int:
+    server = Server(config, config_path, overrides, role)
     # Handlers first: a SIGTERM right after "listening" (or during start-up) must
     # still shut down gracefully, not kill the process with writes unsynced.
     loop = asyncio.get_running_loop()
@@ -736,9 +784,23 @@ def run_server(config_path: str | None, overrides: dict[str, Any]) -> int:
         return 2
     configure_logging(config.log_format, config.log_level)
     report_implementation(log)
+    if config.workers > 1:
+        from kestreld.workers.supervisor import run_supervisor
+
+        return run_supervisor(config, config_path, overrides)
+    return serve(config, config_path, overrides)
+
+
+def serve(
+    config: ServerConfig,
+    config_path: str | None,
+    overrides: dict[str, Any],
+    role: WorkerRole | None = None,
+) -> int:
+    """Run a server (the box's only one, or worker ``role``) on a new event loop."""
     heap.configure()
     try:
         import uvloop
     except ImportError:  # pragma: no cover
-        return asyncio.run(_main(config, config_path, overrides))
-    return uvloop.run(_main(config, config_path, overrides))
+        return asyncio.run(_main(config, config_path, overrides, role))
+    return uvloop.run(_main(config, config_path, overrides, role))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -123,6 +124,28 @@ def _parse_patterns(key: str, value: Any) -> tuple[str, ...]:
 
 _PATTERNS = "patterns"
 _HOSTS = "hosts"
+_WORKERS = "workers"
+
+
+def available_cores() -> int:
+    """The cores this process may run on (``workers = "auto"``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_workers(key: str, value: Any) -> int:
+    """``workers``: a count of at least 1, or ``"auto"`` (the cores this process may use)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return available_cores()
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f'{key}: expected a number of worker processes (1 or more) or "auto"')
+    if value > 1024:
+        raise ConfigError(f"{key}: at most 1024 (got {value})")
+    return value
 
 
 def _parse_hosts(key: str, value: Any) -> tuple[str, ...]:
@@ -149,6 +172,7 @@ _PARSERS = {
     _QUEUE: _parse_queue_ref,
     _PATTERNS: _parse_patterns,
     _HOSTS: _parse_hosts,
+    _WORKERS: parse_workers,
 }
 
 
@@ -320,6 +344,9 @@ class ServerConfig:
     text_port: int = 0  # Kestrel's text protocol (2222 in Kestrel); 0 = off
     thrift_port: int = 0  # Kestrel's thrift interface (2229 in Kestrel); 0 = off
     queue_path: str = "queues"
+    #: Worker processes serving the ports and the folder (kestreld/workers/); 1: this
+    #: process serves everything itself, as before workers existed.
+    workers: int = 1
     archive_path: str | None = None
     max_open_reads: int = 100
     client_timeout: int = 0  # ms, 0 = never
@@ -395,6 +422,7 @@ SERVER_KEYS: dict[str, str] = {
     "text_port": _INT,
     "thrift_port": _INT,
     "queue_path": _STR,
+    "workers": _WORKERS,
     "archive_path": _STR,
     "max_open_reads": _INT,
     "client_timeout": _DURATION,

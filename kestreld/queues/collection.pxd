@@ -23,6 +23,8 @@ cdef class QueueCollection:
     cdef public object handles
     cdef public set _sweeping
     cdef public set _unsettled
+    cdef public object owns
+    cdef public object elsewhere
 
     @cython.locals(queue=JournaledQueue)
     cpdef JournaledQueue queue(self, object name, bint create)

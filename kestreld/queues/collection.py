@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 
 import structlog
@@ -50,6 +51,14 @@ class TooManyQueues(Exception):
         super().__init__(f"too many queues (max_queues = {limit}); {name} not created")
 
 
+class NotOwned(Exception):
+    """A queue another worker owns (``workers = N``): this worker never opens its journal."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"queue {name} belongs to another worker")
+        self.name = name
+
+
 class QueueCollection:
     __slots__ = (
         "config",
@@ -65,9 +74,16 @@ class QueueCollection:
         "handles",
         "_sweeping",
         "_unsettled",
+        "owns",
+        "elsewhere",
     )
 
-    def __init__(self, config: ServerConfig, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        executor: Executor | None = None,
+        owns: Callable[[str], bool] | None = None,
+    ) -> None:
         self.config = config
         self.executor = executor
         #: Every queue's writer journal flushes in this one callback per event-loop tick.
@@ -89,6 +105,13 @@ class QueueCollection:
         self._unsettled: set[JournaledQueue] = set()
         # The rewrites running off the loop (shutdown waits for them).
         self._compacting: tuple[Future, list[Compaction]] | None = None
+        #: With ``workers = N``: True for the queue names this worker owns (it loads and
+        #: creates no other: each journal keeps one writer); None: every queue is ours.
+        self.owns = owns
+        #: With ``workers = N``: puts to another worker's queue (an alias's destination, an
+        #: error queue, expire_to_queue): (name, data, expire_time, error_count) -> the
+        #: batch resolved once that worker has the item (set by relay_puts_to).
+        self.elsewhere: Callable[..., Batch] | None = None
 
     # --- start-up -----------------------------------------------------------------------
 
@@ -114,6 +137,8 @@ class QueueCollection:
             q, r = full.split("+", 1)
             configured.setdefault(q, []).append(r)
             names.add(q)
+        if self.owns is not None:
+            names = {name for name in names if self.owns(name)}
         for name in sorted(names):
             queue = JournaledQueue(
                 name, self.config, executor=self.executor, tick=self.tick, handles=self.handles
@@ -169,6 +194,8 @@ class QueueCollection:
             return None
         queue = self.queues.get(name)
         if queue is None and create:
+            if self.owns is not None and not self.owns(name):
+                raise NotOwned(name)
             limit = self.config.max_queues
             if limit is not None and len(self.queues) >= limit and not self._configured(name):
                 raise TooManyQueues(name, limit)
@@ -215,6 +242,10 @@ class QueueCollection:
 
     # --- commands -----------------------------------------------------------------------
 
+    def relay_puts_to(self, elsewhere: Callable[..., Batch]) -> None:
+        """With ``workers = N``: how a put reaches a queue another worker owns."""
+        self.elsewhere = elsewhere
+
     def put(self, name: str, data: bytes, expire_time: int, now: int, error_count: int = 0):
         """Put to a queue or an alias: the batch to wait on, or None when already done.
 
@@ -224,6 +255,8 @@ class QueueCollection:
             alias = self.aliases.get(name)
             if alias is not None:
                 return alias.put(data, expire_time, now, self._put_to_queue, error_count)
+        if self.owns is not None and not self.owns(name):
+            return self._put_elsewhere(name, data, expire_time, error_count)
         queue = self.queue(name, create=True)
         assert queue is not None
         return queue.put(data, expire_time, now, error_count)
@@ -231,12 +264,19 @@ class QueueCollection:
     def _put_to_queue(
         self, name: str, data: bytes, expire_time: int, now: int, error_count: int
     ) -> Batch | None:
+        if self.owns is not None and not self.owns(name):
+            return self._put_elsewhere(name, data, expire_time, error_count)
         queue = self.queue(name, create=True)
         if queue is None:  # an alias's destination masked by an alias: refused at config load
             raise QueueFull(name)
         if len(data) > queue.config.max_item_size:  # a set checks it before reading the data
             raise QueueFull(f"{name}: item larger than max_item_size")
         return queue.put(data, expire_time, now, error_count)
+
+    def _put_elsewhere(self, name: str, data: bytes, expire_time: int, error_count: int) -> Batch:
+        if self.elsewhere is None:
+            raise NotOwned(name)
+        return self.elsewhere(name, data, expire_time, error_count)
 
     def alias(self, name: str) -> AliasedQueue | None:
         return self.aliases.get(name)
@@ -289,7 +329,7 @@ class QueueCollection:
             return
         try:
             self.put(target.partition("+")[0], item.data, 0, now_ms(), item.error_count)
-        except (QueueFull, JournalWriteError, TooManyQueues) as e:
+        except (QueueFull, JournalWriteError, TooManyQueues, NotOwned) as e:
             log.warning(
                 "expire_to_queue_failed", queue=reader.full_name, target=target, error=str(e)
             )
@@ -328,7 +368,7 @@ class QueueCollection:
         try:
             # Kestrel 3.0: a punted item is new in its target (added now, no expiry).
             batch = self.put(target, item.data, 0, now, item.error_count)
-        except (QueueFull, JournalWriteError, OSError) as e:
+        except (QueueFull, JournalWriteError, OSError, NotOwned) as e:
             log.warning(
                 "punt_failed",
                 queue=reader.full_name,

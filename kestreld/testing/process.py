@@ -1,5 +1,8 @@
 """A real ``kestreld`` process: started on a free loopback port, stopped after.
 
+``KESTRELD_TEST_WORKERS=N`` in the environment starts every server with ``--workers N``
+(one given ``workers=`` keeps its own), so any suite can run against a box of workers.
+
 The benchmarks and the crash soak drive servers through it, and the tests'
 fixtures use the same class; :class:`Conn` is a raw protocol connection that
 reads exact replies.
@@ -29,8 +32,13 @@ class KestreldProcess:
         args: list[str] | None = None,
         config_path: str | os.PathLike | None = None,
         env: dict[str, str] | None = None,
+        workers: int | None = None,
     ) -> None:
         self.queue_path = Path(queue_path)
+        if workers is None:
+            workers = int(os.environ.get("KESTRELD_TEST_WORKERS") or 1)
+        #: Worker processes (``--workers``); 1: the server runs alone, as by default.
+        self.workers = workers
         self.config_path = Path(config_path) if config_path else None
         if config is not None:
             if self.config_path is None:
@@ -57,6 +65,8 @@ class KestreldProcess:
             str(self.port or 0),
         ]
         cmd += ["--log-format", "json"]
+        if self.workers > 1 and "--workers" not in self.args:
+            cmd += ["--workers", str(self.workers)]
         if self.config_path is not None:
             cmd += ["--config", str(self.config_path)]
         return cmd + self.args
@@ -149,6 +159,13 @@ class KestreldProcess:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
+
+    def worker_pids(self) -> dict[int, int]:
+        """With workers: each worker's process id now (from its latest ``worker_ready``)."""
+        pids: dict[int, int] = {}
+        for event in self.events("worker_ready"):
+            pids[int(event["worker"])] = int(event["pid"])
+        return pids
 
     # --- talking to it --------------------------------------------------------------------
 

@@ -130,6 +130,16 @@ FORBIDDEN = {
     "kestreld.frontends.core.limits": ["kestreld.session", "kestreld.queues", "kestreld.server"],
     "kestreld.loop": ["kestreld.frontends", "kestreld.session", "kestreld.server"],
     "kestreld.admin.http": ["kestreld.frontends", "kestreld.server"],
+    # Which worker owns a queue: a pure function every side may ask.
+    "kestreld.workers.ownership": [
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.session",
+        "kestreld.frontends",
+        "kestreld.server",
+    ],
+    # The supervisor forks before any event loop exists: it loads no queue side.
+    "kestreld.workers.supervisor": ["kestreld.queues", "kestreld.frontends", "kestreld.server"],
 }
 
 
@@ -228,6 +238,11 @@ DIRECT_FORBIDDEN = [
     ("kestreld.frontends.core", "kestreld.frontends.thrift"),
     ("kestreld.loop", "kestreld.frontends"),
     ("kestreld.loop", "kestreld.session"),
+    # Workers sit above the front ends, beside the server: nothing below knows of them.
+    ("kestreld.frontends", "kestreld.workers"),
+    ("kestreld.session", "kestreld.workers"),
+    ("kestreld.queues", "kestreld.workers"),
+    ("kestreld.journal", "kestreld.workers"),
     ("kestreld.admin", "kestreld.server"),
     ("kestreld.queues", "kestreld.admin"),
     ("kestreld.stats", "kestreld.admin"),

@@ -1,0 +1,9 @@
+"""``workers = N``: one port, one queue folder, a worker process per core.
+
+ownership.py (which worker owns a queue), supervisor.py (the parent process: the folder
+lock, the listening sockets, the workers' lives), role.py (what a worker is told at
+birth), channel.py (the local socket a worker serves its queues on to the others),
+upstream.py (one connection to another worker, and its reply framing), routing.py (the
+memcache command table that sends a request to the queue's owner), box_stats.py (one
+``stats`` for the box: totals summed, each queue's lines from its owner).
+"""

@@ -1,0 +1,441 @@
+"""The memcache command table of a worker: each request runs where its queue lives.
+
+A request naming a queue this worker owns runs here, through the ordinary handlers
+(kestreld/frontends/memcache/commands.py).  One naming a queue another worker owns is
+sent, as the client wrote it, over this client connection's own connection to the
+owner's channel (kestreld/workers/channel.py), and the owner's reply takes the request's
+place in the client's output: a held reply, like a ``STORED`` waiting for its journal,
+so replies stay in request order whatever worker answers them.  The open reads made
+there belong to that channel connection, which closes when the client leaves.
+
+Box-wide commands (``stats``, ``dump_stats``, ``dump_config``, ``flush_all``,
+``flush_all_expired``, ``reload``, ``status <s>``) go to every worker's channel, this
+one's included, and their replies are combined; ``shutdown`` asks the supervisor, which
+stops every worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from kestreld.frontends.memcache.commands import COMMANDS, parse_get, queue_name
+from kestreld.frontends.memcache.connection import MemcacheConnection
+from kestreld.frontends.memcache.framing import Command
+from kestreld.frontends.memcache.replies import server_error
+from kestreld.journal.batch import Batch
+from kestreld.session.reply import PendingReply, pending_confirm
+from kestreld.workers.box_stats import merge_dump, merge_stats
+from kestreld.workers.channel import channel_path
+from kestreld.workers.ownership import Ownership
+from kestreld.workers.upstream import LIST, MONITOR, ONE, Upstream
+
+log = structlog.get_logger("kestreld.workers")
+
+CRLF = b"\r\n"
+END = b"END\r\n"
+
+#: Requests a client connection may have sent to one owner and not had answered yet.
+MAX_IN_FLIGHT = 8
+
+#: Commands that name one queue in their first argument: run by its owner.
+_QUEUE_COMMANDS = (b"delete", b"flush", b"flush_expired", b"confirm", b"monitor")
+
+
+def _gone(index: int) -> bytes:
+    return server_error(f"worker {index} is not serving (it is restarting); try again")
+
+
+def _quiet(command: Command, args: list[bytes]) -> bool:
+    """The framing's noreply rule (memcached's): ``noreply`` last, where the command allows."""
+    after = command.noreply_after
+    return bool(after) and len(args) > after and args[-1] == b"noreply"
+
+
+class Router:
+    """Where each request of this worker's client connections runs."""
+
+    def __init__(self, server: Any, ownership: Ownership, folder: str) -> None:
+        self.server = server
+        self.ownership = ownership
+        self.index = ownership.index
+        self.folder = folder
+        #: Each client connection's connections to the other workers (opened on first use).
+        self.upstreams: dict[Any, dict[int, Upstream]] = {}
+        #: Requests this worker served itself / sent to an owner (the cost of crossing).
+        self.local = 0
+        self.crossed = 0
+        #: The class of this worker's client connections.
+        self.connection_class = RoutedConnection
+
+    # --- the table --------------------------------------------------------------------------
+
+    def table(self) -> dict[bytes, Command]:
+        """:data:`COMMANDS` with the queue and box-wide commands routed."""
+        table = dict(COMMANDS)
+        for word in (b"get", b"gets"):
+            table[word] = self._line(word, self._get)
+        for word in _QUEUE_COMMANDS:
+            table[word] = self._line(word, self._named)
+        routed_set = Command(
+            b"set",
+            self._set_block,
+            shape=COMMANDS[b"set"].shape,
+            noreply_after=COMMANDS[b"set"].noreply_after,
+            accept=self._set_line,
+            waits_for_sets=False,
+        )
+        table[b"set"] = routed_set
+        table[b"stats"] = self._line(b"stats", self._stats)
+        table[b"dump_stats"] = self._line(b"dump_stats", self._dump)
+        table[b"dump_config"] = self._line(b"dump_config", self._dump_config)
+        for word in (b"flush_all", b"flush_all_expired", b"reload", b"status"):
+            table[word] = self._line(word, self._everywhere)
+        table[b"shutdown"] = self._line(b"shutdown", self._shutdown)
+        return table
+
+    def _line(self, word: bytes, run: Callable[[Any, Command, list[bytes]], None]) -> Command:
+        original = COMMANDS[word]
+        command = Command(
+            word,
+            None,
+            shape=original.shape,
+            noreply_after=original.noreply_after,
+            waits_for_sets=original.waits_for_sets,
+        )
+        command.run = lambda conn, args: run(conn, original, args)
+        return command
+
+    # --- queue requests ---------------------------------------------------------------------
+
+    def _owner(self, raw: bytes) -> int:
+        """The owner of the queue a key names (``q/open`` -> q); -1 for a name that is not
+        legal: the local handler answers it with its error."""
+        base = raw.split(b"/", 1)[0]
+        if queue_name(base) is None:
+            return -1
+        if self.server.config.aliases and base.decode() in self.server.config.aliases:
+            return -1  # an alias: its destinations are put to from here (see _set_block)
+        return self.ownership.owner(base)
+
+    def _get(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        if len(args) < 2:
+            command_run(command, conn, args)
+            return
+        owners = {self._owner(key) for key in args[1:]}
+        if len(owners) > 1:
+            owners.discard(-1)  # a bad key among others: answered by the owner of the rest
+        if len(owners) > 1:
+            self._get_spread(conn, command, args)
+            return
+        self._run(conn, command, args, owners.pop(), ONE)
+
+    def _get_spread(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        """A get of several keys whose queues live on several workers: each worker gets its
+        keys (this one too, over its own channel), and the items are put back in the
+        order of the keys, as one server answers."""
+        keys = args[1:]
+        for key in keys:
+            parsed = parse_get(key)
+            if type(parsed) is bytes or parsed.open or parsed.timeout:  # type: ignore[union-attr]
+                command_run(command, conn, args)  # its error, before anything is fetched
+                return
+        groups: dict[int, list[bytes]] = {}
+        for key in keys:
+            owner = self._owner(key)
+            groups.setdefault(self.index if owner < 0 else owner, []).append(key)
+        self.crossed += 1
+        reply = self._hold(conn)
+        replies: dict[int, bytes] = {}
+
+        def answered(owner: int, raw: bytes | None) -> None:
+            replies[owner] = raw if raw is not None else _gone(owner)
+            if len(replies) == len(groups):
+                _answer(conn, reply, in_key_order(keys, list(replies.values())))
+
+        for owner, group in groups.items():
+            request = b" ".join([args[0], *group]) + CRLF
+            upstream = self._upstream(conn, owner)
+            if upstream is None:
+                answered(owner, None)
+            else:
+                upstream.request(request, ONE, lambda raw, o=owner: answered(o, raw))
+
+    def _named(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        owner = self._owner(args[1]) if len(args) > 1 else -1
+        shape = MONITOR if args[0].lower() == b"monitor" else ONE
+        self._run(conn, command, args, owner, shape)
+
+    def _run(self, conn: Any, command: Command, args: list[bytes], owner: int, shape: int) -> None:
+        if owner < 0 or owner == self.index:
+            self.local += 1
+            command_run(command, conn, args)
+            return
+        self.crossed += 1
+        self.forward(conn, owner, b" ".join(args) + CRLF, _quiet(command, args), shape)
+
+    def _set_line(self, conn: Any, args: list[bytes], size: int) -> bool:
+        """A set's line is judged here wherever its queue lives (its size, its words, the
+        status): a refused block is skipped as it arrives, never read to be sent on."""
+        set_command = COMMANDS[b"set"]
+        keep = set_command.accept(conn, args, size)  # type: ignore[misc]
+        if keep and self._owner(args[1]) not in (-1, self.index):
+            conn.take_put()  # the owner stores it (and counts it: not counted twice)
+            conn.traffic.cmd_set -= 1
+        return keep
+
+    def _set_block(self, conn: Any, args: list[bytes], data: bytes) -> None:
+        set_command = COMMANDS[b"set"]
+        owner = self._owner(args[1])
+        if owner < 0 or owner == self.index:
+            self.local += 1
+            set_command.run(conn, args, data)
+            return
+        self.crossed += 1
+        request = b"".join((b" ".join(args), CRLF, data, CRLF))
+        self.forward(conn, owner, request, _quiet(set_command, args), ONE)
+
+    def put_elsewhere(self, name: str, data: bytes, expire_time: int, error_count: int) -> Batch:
+        """A put of this worker's queue side (an alias's destination, an error queue,
+        expire_to_queue) to a queue another worker owns: the batch resolves once the owner
+        answered STORED, or fails with its answer.  (The item's error count starts again
+        at 0 there: the text protocol has no word for it.)"""
+        owner = self.ownership.owner(name)
+        batch = Batch()
+        upstream = self._upstream(self, owner)  # the queue side's own connection to it
+        if upstream is None:
+            batch.resolve(f"worker {owner} is not serving")
+            return batch
+        exptime = 0 if expire_time <= 0 else max(1_000_000, expire_time // 1000)
+        request = b"".join(
+            (b"set %s 0 %d %d\r\n" % (name.encode(), exptime, len(data)), data, CRLF)
+        )
+
+        def stored(raw: bytes | None) -> None:
+            if raw == b"STORED\r\n":
+                batch.resolve()
+            else:
+                said = raw.decode("ascii", "replace").strip() if raw else "no answer"
+                batch.resolve(f"worker {owner}: {said}")
+
+        upstream.request(request, ONE, stored)
+        return batch
+
+    def forward(self, conn: Any, owner: int, request: bytes, quiet: bool, shape: int) -> None:
+        """Send ``request`` to ``owner`` on ``conn``'s connection to it; its reply is held in
+        ``conn``'s output in the request's place (nothing for ``noreply``)."""
+        upstream = self._upstream(conn, owner)
+        if upstream is None:
+            if not quiet:
+                conn.out.append(_gone(owner))
+            return
+        if quiet:
+            upstream.request(request, shape, None)
+        else:
+            reply = self._hold(conn)
+            upstream.request(request, shape, lambda raw: _answer(conn, reply, raw or _gone(owner)))
+        if upstream.in_flight() >= MAX_IN_FLIGHT:
+            # Back-pressure: the client's next requests wait until the owner answered some
+            # (and a client that does not read its replies pauses as it would here).
+            conn.held = True
+
+    def _upstream(self, conn: Any, owner: int) -> Upstream | None:
+        mine = self.upstreams.get(conn)
+        if mine is None:
+            mine = self.upstreams[conn] = {}
+        upstream = mine.get(owner)
+        if upstream is not None and not upstream.lost:
+            return upstream
+        upstream = Upstream(owner, channel_path(self.folder, owner))
+        try:
+            upstream.open(asyncio.get_running_loop())
+        except OSError as e:
+            log.warning("worker_unreachable", worker=owner, error=e.strerror or str(e))
+            mine.pop(owner, None)
+            return None
+        mine[owner] = upstream
+        return upstream
+
+    @staticmethod
+    def _hold(conn: Any) -> PendingReply:
+        reply = pending_confirm(Batch(), None)
+        conn.hold(reply)
+        return reply
+
+    def client_finished(self, conn: Any) -> None:
+        """The client half-closed: its connections to the owners do too, so a wait there
+        ends now (an item is never handed to a client that may be gone)."""
+        mine = self.upstreams.get(conn)
+        if mine:
+            for upstream in mine.values():
+                upstream.finish()
+
+    def stopping(self) -> None:
+        """The worker stops: every owner answers what it was sent, without waiting."""
+        for mine in self.upstreams.values():
+            for upstream in mine.values():
+                upstream.finish()
+
+    def connection_closed(self, conn: Any) -> None:
+        """The client left: its connections to the owners close (its reads there go back)."""
+        mine = self.upstreams.pop(conn, None)
+        if mine:
+            for upstream in mine.values():
+                upstream.close()
+
+    # --- box-wide commands ------------------------------------------------------------------
+
+    def _everyone(
+        self, conn: Any, request: bytes, shape: int, quiet: bool, combine: Callable
+    ) -> None:
+        """Send ``request`` to every worker; ``combine(replies)`` (in worker order, None for
+        one that did not answer) is the client's reply.
+
+        It goes over the client's own connections to the workers (this one's too), behind
+        what the client sent them before, and the client's next request waits for the
+        reply: ``status readonly`` then a ``set`` is refused, wherever the queue lives.
+        """
+        count = self.ownership.count
+        replies: list[bytes | None] = [None] * count
+        left = [count]
+        reply = None if quiet else self._hold(conn)
+
+        def answered(index: int, raw: bytes | None) -> None:
+            replies[index] = raw
+            left[0] -= 1
+            if left[0] == 0 and reply is not None:
+                _answer(conn, reply, combine(replies))
+
+        if reply is not None:
+            # The connection's own gate (what its unacknowledged sets use): requests
+            # after this one wait until the reply is in; replies_ready lifts it.
+            conn.held = True
+        for index in range(count):
+            upstream = self._upstream(conn, index)
+            if upstream is None:
+                answered(index, None)
+            else:
+                upstream.request(request, shape, lambda raw, i=index: answered(i, raw))
+
+    def _stats(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        index = self.index
+        self._everyone(conn, b"stats\r\n", LIST, False, lambda r: merge_stats(r, index))
+
+    def _dump(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        self._everyone(conn, b" ".join(args) + CRLF, LIST, False, merge_dump)
+
+    def _dump_config(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        if len(args) > 1:  # named: the config is the same in every worker
+            command_run(command, conn, args)
+            return
+        self._everyone(conn, b"dump_config\r\n", LIST, False, merge_dump)
+
+    def _everywhere(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        """``flush_all``, ``flush_all_expired``, ``reload``, ``status``: every worker runs it.
+        ``status`` alone only reads; the reply is this worker's unless another failed."""
+        if args[0].lower() == b"status" and len(args) < 2:
+            command_run(command, conn, args)
+            return
+        index = self.index
+        word = args[0].lower()
+
+        def combine(replies: list[bytes | None]) -> bytes:
+            if word == b"flush_all_expired":
+                counts = [int(r) for r in replies if r is not None and r.strip().isdigit()]
+                if len(counts) == len(replies):
+                    return b"%d\r\n" % sum(counts)
+            for i, raw in enumerate(replies):
+                if raw is None:
+                    return _gone(i)
+                if raw.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
+                    return raw
+            return replies[index] or _gone(index)
+
+        self._everyone(conn, b" ".join(args) + CRLF, ONE, _quiet(command, args), combine)
+
+    def _shutdown(self, conn: Any, command: Command, args: list[bytes]) -> None:
+        """The supervisor stops every worker, once the owners answered what this client
+        sent them before (as one server would have run it before stopping)."""
+        conn.close()  # nothing after it runs; what it was promised is still sent
+        mine = self.upstreams.get(conn) or {}
+        busy = [upstream for upstream in mine.values() if upstream.in_flight()]
+        left = [len(busy)]
+
+        def stop(raw: bytes | None = None) -> None:
+            left[0] -= 1
+            if left[0] <= 0:
+                log.info("shutdown_requested", reason="shutdown command")
+                os.kill(os.getppid(), signal.SIGTERM)
+
+        if not busy:
+            stop()
+        for upstream in busy:
+            upstream.request(b"version\r\n", ONE, stop)  # answered after what it waits on
+
+    def stats(self) -> list[tuple[str, object]]:
+        """This worker's lines of its own ``stats`` (the box's merges them)."""
+        return [
+            ("worker", self.index),
+            ("worker_requests_local", self.local),
+            ("worker_requests_crossed", self.crossed),
+        ]
+
+    def close(self) -> None:
+        for mine in self.upstreams.values():
+            for upstream in mine.values():
+                upstream.close()
+        self.upstreams.clear()
+
+
+class RoutedConnection(MemcacheConnection):
+    """A client connection of a worker: its half-close reaches the owners it used."""
+
+    __slots__ = ()
+
+    def eof_received(self) -> bool | None:
+        keep = super().eof_received()
+        self.server.router.client_finished(self)
+        return keep
+
+
+def in_key_order(keys: list[bytes], replies: list[bytes]) -> bytes:
+    """One multi-key get reply from the replies of its parts: the items in key order, then
+    END; the first error line of a part instead, when one failed."""
+    items: dict[bytes, list[bytes]] = {}
+    for raw in replies:
+        pos = 0
+        while pos < len(raw):
+            eol = raw.index(b"\r\n", pos)
+            if not raw.startswith(b"VALUE ", pos):
+                if raw[pos:eol] != b"END":
+                    return raw[pos : eol + 2]
+                pos = eol + 2
+                continue
+            words = raw[pos:eol].split()
+            end = eol + 2 + int(words[3]) + 2
+            items.setdefault(words[1], []).append(raw[pos:end])
+            pos = end
+    out = []
+    for key in keys:
+        found = items.get(key)
+        if found:
+            out.append(found.pop(0))
+    out.append(END)
+    return b"".join(out)
+
+
+def command_run(command: Command, conn: Any, args: list[bytes]) -> None:
+    """Run the table's own handler of ``command`` here."""
+    command.run(conn, args)
+
+
+def _answer(conn: Any, reply: PendingReply, raw: bytes) -> None:
+    """The held ``reply`` is ``raw``: send it (and what waited behind it)."""
+    reply.parts.append(raw)  # type: ignore[union-attr]
+    reply.ticket.resolve()
+    conn.replies_ready()

@@ -1,0 +1,173 @@
+"""One connection from a worker to another worker's channel, and the framing of its replies.
+
+The requests are memcache text requests as a client sent them; the owner serves them
+with its ordinary session, so its replies come back in request order and each one is
+framed the way the client will read it: ``VALUE`` blocks, then one line (a get, a set, a
+delete, a monitor), or lines up to ``END`` (``stats``, ``dump_stats``, ``dump_config``).
+A request sent with ``noreply`` expects nothing.  When the channel is lost (the owner
+died), every reply still expected is answered with ``None``: the caller says so to its
+client, and the next request opens a new connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import Callable
+
+import structlog
+
+log = structlog.get_logger("kestreld.workers")
+
+#: Reply shapes.
+ONE = 0  # VALUE blocks, then one line
+LIST = 1  # lines up to END (or an error line)
+MONITOR = 2  # items, each a get's reply (VALUE block, END), then END
+
+_ERRORS = (b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")
+
+#: What a caller is told: the reply's bytes, or None when the channel was lost first.
+Answer = Callable[[bytes | None], None]
+
+
+def reply_end(buf: bytes, pos: int, shape: int) -> int:
+    """Where the reply starting at ``pos`` ends (just past its last CRLF); -1: not all here."""
+    after_value = False
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return -1
+        if after_value and shape == MONITOR and buf[pos:eol] == b"END":
+            after_value = False  # the END of one item
+            pos = eol + 2
+            continue
+        if buf.startswith(b"VALUE ", pos):
+            words = buf[pos:eol].split()
+            try:
+                size = int(words[3])
+            except (IndexError, ValueError):
+                return eol + 2  # not a value line after all: let the caller relay it as is
+            pos = eol + 2 + size + 2
+            if pos > len(buf):
+                return -1
+            after_value = True
+            continue
+        if shape == LIST and not buf.startswith(_ERRORS, pos) and buf[pos:eol] != b"END":
+            pos = eol + 2
+            continue
+        return eol + 2
+
+
+class Upstream(asyncio.Protocol):
+    """A connection to worker ``index``'s channel; requests are answered in order."""
+
+    def __init__(self, index: int, path: str) -> None:
+        self.index = index
+        self.path = path
+        self.transport: asyncio.Transport | None = None
+        #: Bytes to send once connected.
+        self.unsent: list[bytes] = []
+        #: The replies expected, oldest first: (shape, answer).
+        self.expected: deque[tuple[int, Answer]] = deque()
+        self.buf = b""
+        self.lost = False
+        self.closing = False
+        self.eof = False  # no more requests: the owner answers what it has, then closes
+
+    def open(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Connect (a local socket connects at once or not at all; raises OSError)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        loop.create_task(self._attach(loop, sock))
+
+    async def _attach(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        try:
+            await loop.create_unix_connection(lambda: self, sock=sock)
+        except OSError as e:
+            log.warning("worker_channel_failed", worker=self.index, error=str(e))
+            sock.close()
+            self.connection_lost(e)
+
+    # --- what the router calls ------------------------------------------------------------
+
+    def request(self, data: bytes, shape: int, answer: Answer | None) -> None:
+        """Send a request; ``answer`` is called with its reply (None: ``noreply``)."""
+        if self.lost:
+            if answer is not None:
+                answer(None)
+            return
+        if answer is not None:
+            self.expected.append((shape, answer))
+        if self.transport is None:
+            self.unsent.append(data)
+        else:
+            self.transport.write(data)
+
+    def in_flight(self) -> int:
+        """Replies expected and not yet received."""
+        return len(self.expected)
+
+    def finish(self) -> None:
+        """The client sent its last request (or the server stops): the owner ends a wait
+        in progress with its empty reply, answers the rest, and closes (a half-close, as a
+        client's own)."""
+        if self.eof or self.lost:
+            return
+        self.eof = True
+        if self.transport is not None:
+            self.transport.write_eof()
+
+    def close(self) -> None:
+        """The client left: closing the channel connection gives its open reads back there."""
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
+        else:
+            self.lost = True  # _attach closes it as soon as it is made
+
+    # --- asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.closing:
+            transport.close()
+            return
+        if self.unsent:
+            self.transport.writelines(self.unsent)  # type: ignore[union-attr]
+            self.unsent = []
+        if self.eof:
+            self.transport.write_eof()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool | None:
+        return False  # the owner closed its side: so do we (connection_lost follows)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        pos = 0
+        expected = self.expected
+        while expected:
+            shape, answer = expected[0]
+            end = reply_end(buf, pos, shape)
+            if end < 0:
+                break
+            expected.popleft()
+            answer(buf[pos:end])
+            pos = end
+        self.buf = buf[pos:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.lost and not self.expected:
+            return
+        self.lost = True
+        self.unsent = []
+        expected, self.expected = self.expected, deque()
+        if expected:
+            log.warning("worker_channel_lost", worker=self.index, replies_lost=len(expected))
+        for _, answer in expected:
+            answer(None)
