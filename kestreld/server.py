@@ -346,38 +346,23 @@ class Server:
     def _join_server_sets(self) -> None:
         """Start following the status in the ZooKeeper server sets (in the background)."""
         try:
-            from kestreld.cluster.member import Endpoint
-            from kestreld.cluster.membership import (
-                ServerSetMembership,
-                advertised_host,
-                is_loopback,
-            )
+            from kestreld.cluster.membership import membership_of_server
         except ImportError as e:
             raise StartupError(
                 f"[zookeeper] needs the kazoo library ({e}): {install_command('zookeeper')}"
             ) from None
-        zk = self.config.zookeeper
-        assert zk is not None
-        try:
-            host = advertised_host(zk.advertise_address or self.config.listen_address)
-        except ValueError as e:
-            raise StartupError(f"zookeeper.advertise_address: {e}") from None
-        if is_loopback(host):
-            log.warning(
-                "zookeeper_advertises_loopback",
-                address=host,
-                hint="only clients on this host can use it; set zookeeper.advertise_address",
-            )
         loop = self.loop
 
         def connected(value: bool) -> None:  # from a kazoo thread
             loop.call_soon_threadsafe(setattr, self, "zookeeper_connected", value)
 
-        endpoints = {
-            kind: Endpoint(host, listener.sockets[0].getsockname()[1])
-            for kind, listener in self.listeners.items()
-        }  # memcache is the main endpoint, else thrift, else text (as Kestrel)
-        self.membership = ServerSetMembership(zk, endpoints, on_connected=connected)
+        ports = {kind: lsn.sockets[0].getsockname()[1] for kind, lsn in self.listeners.items()}
+        zk, address = self.config.zookeeper, self.config.listen_address
+        assert zk is not None
+        try:
+            self.membership = membership_of_server(zk, address, ports, connected)
+        except ValueError as e:
+            raise StartupError(f"zookeeper.advertise_address: {e}") from None
         announced = self.status_board.announced
         self.membership.want(announced.in_read_set, announced.in_write_set)
         self.membership.start()

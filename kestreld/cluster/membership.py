@@ -100,6 +100,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def membership_of_server(
+    config: ZooKeeperConfig,
+    listen_address: str,
+    ports: dict[str, int],
+    on_connected: Callable[[bool], None] | None = None,
+) -> ServerSetMembership:
+    """The membership of a server listening on ``ports`` (front end -> port; memcache is the
+    main endpoint, else thrift, else text, as Kestrel).  Raises ValueError for an address
+    that cannot be advertised; warns when only this host could reach it."""
+    host = advertised_host(config.advertise_address or listen_address)
+    if is_loopback(host):
+        log.warning(
+            "zookeeper_advertises_loopback",
+            address=host,
+            hint="only clients on this host can use it; set zookeeper.advertise_address",
+        )
+    endpoints = {kind: Endpoint(host, port) for kind, port in ports.items()}
+    return ServerSetMembership(config, endpoints, on_connected=on_connected)
+
+
 class ServerSetMembership:
     """This server's ``read`` and ``write`` members, following :meth:`want`.
 
