@@ -32,7 +32,7 @@ LARGE_WRITE_BYTES = 512 * 1024
 class LargeWrite:
     """One buffer of records being written by a worker thread to one segment."""
 
-    __slots__ = ("future", "segment", "end", "batch", "fd", "started")
+    __slots__ = ("future", "segment", "end", "batch", "fd", "started", "retire")
 
     def __init__(self, future: Future, segment: Segment, end: int, batch: Batch, fd: int) -> None:
         self.started = time.monotonic()
@@ -41,6 +41,8 @@ class LargeWrite:
         self.end = end  # the segment's size once this write is done
         self.batch = batch  # its puts: acknowledged once written (and synced)
         self.fd = fd
+        #: The writer moved on to a new segment meanwhile: ``fd`` is retired once written.
+        self.retire = False
 
     def wait(self) -> BaseException | None:
         """Block until the write is done; its error, if it failed."""
