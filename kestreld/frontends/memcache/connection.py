@@ -593,6 +593,14 @@ class Connection(Sink):
                 out.clear()
                 self.out_size = 0
                 return
+            if self.out_size > OUTPUT_FLUSH_SIZE:
+                # An item's bytes are not joined into one more copy (milliseconds on the loop
+                # for a few MiB): the transport writes the parts as they are (writev).
+                parts = out[:]
+                out.clear()
+                self.out_size = 0
+                self._write_parts(parts)
+                return
             data = b"".join(out)
             out.clear()
             self.out_size = 0
@@ -633,12 +641,26 @@ class Connection(Sink):
             if COMPILED:
                 self.send_parts(ready)
                 return
+            if len(ready) > 2:  # an item (header, data, end) or more: maybe a large one
+                self._write_parts(ready)
+                return
             data = b"".join(ready)
         # The plain build writes through the transport, as it always did (send_parts and
         # send would be two more Python calls per flush, for nothing).
         if data:
             self.traffic.bytes_written += len(data)
             self.write_out(data)  # type: ignore[misc]
+
+    def _write_parts(self, parts: list[bytes]) -> None:
+        """The plain build's write of several parts: joined when small, else as they are."""
+        size = 0
+        for part in parts:
+            size += len(part)
+        self.traffic.bytes_written += size
+        if size > OUTPUT_FLUSH_SIZE:
+            self.transport.writelines(parts)  # type: ignore[union-attr]
+        elif size:
+            self.write_out(b"".join(parts))  # type: ignore[misc]
 
     def send_parts(self, parts: list[bytes]) -> None:
         """Send ``parts`` (reply bytes, in order) as one write: compiled, on a socket it may
