@@ -91,6 +91,7 @@ class Batch:
             return
         self.done = True
         self.on_stored = None  # the done callbacks say it now
+        self.behind = None  # resolved batches do not keep a chain of earlier ones alive
         self.error = error
         # Nothing is added once done (add_done_callback calls at once).
         first = self.first
