@@ -7,13 +7,14 @@ takes milliseconds, and far longer when the kernel throttles a writer behind dir
 it.  A buffer of at least :data:`LARGE_WRITE_BYTES` is therefore handed to the executor
 (``os.writev`` releases the GIL), and the loop goes on reading and answering.
 
-The journal stays single-writer: while a large write is in flight the queue's later puts
-are buffered, and written after it completes (a file in id order cannot take them before:
-so that a queue's small puts are not always behind one large write or another, a large
-write that kept puts waiting asks the next large put to wait as long, see ``pace_until``) (a rotation, a shutdown or a failed fsync
-waits for it first).  Its puts are acknowledged as any tick's are - after the write,
-or after the fsync that covers it - and a crash in the middle leaves a torn last record,
-which recovery cuts.
+The journal stays single-writer per file and in id order: while a large write is in flight
+the queue's later puts start the next segment, written on the loop and acknowledged at once
+(their batch is *stored*: replies may go), but their batch resolves - its items reach the
+readers - only after the large one, so items keep journal order, and a read-behind waits at
+the segment being written (``WriterJournal.holding``).  At most one large batch is unresolved
+at a time, so a write can be in flight only in the newest two segments; start-up scans both
+and cuts a torn last record (a crash in the middle of the large write).  A rotation of the
+next segment, a shutdown or a failed fsync waits for the write first.
 """
 
 from __future__ import annotations
