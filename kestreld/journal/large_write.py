@@ -14,7 +14,8 @@ readers - only after the large one, so items keep journal order, and a read-behi
 the segment being written (``WriterJournal.holding``).  At most one large batch is unresolved
 at a time, so a write can be in flight only in the newest two segments; start-up scans both
 and cuts a torn last record (a crash in the middle of the large write).  A rotation of the
-next segment, a shutdown or a failed fsync waits for the write first.
+next segment, a shutdown or a failed fsync waits for the write first.  Behind a write of
+less than :data:`OVERTAKE_BYTES` later puts wait in the buffer instead.
 """
 
 from __future__ import annotations
@@ -29,13 +30,20 @@ from kestreld.journal.segment import Segment
 #: A tick's buffered records of at least this size are written off the event loop.
 LARGE_WRITE_BYTES = 512 * 1024
 
+#: While a write of at least this size is in flight, later puts start the next segment; behind
+#: a smaller one (a burst of small puts adding up, written in well under a millisecond) they
+#: wait, so that busy ticks do not each leave a segment of their own.
+OVERTAKE_BYTES = 2 * 1024 * 1024
+
 
 class LargeWrite:
     """One buffer of records being written by a worker thread to one segment."""
 
-    __slots__ = ("future", "segment", "end", "batch", "fd", "started", "retire")
+    __slots__ = ("future", "segment", "end", "batch", "fd", "started", "retire", "overtaken")
 
-    def __init__(self, future: Future, segment: Segment, end: int, batch: Batch, fd: int) -> None:
+    def __init__(
+        self, future: Future, segment: Segment, end: int, batch: Batch, fd: int, size: int
+    ) -> None:
         self.started = time.monotonic()
         self.future = future
         self.segment = segment
@@ -44,6 +52,8 @@ class LargeWrite:
         self.fd = fd
         #: The writer moved on to a new segment meanwhile: ``fd`` is retired once written.
         self.retire = False
+        #: Puts that come meanwhile go to the next segment (see OVERTAKE_BYTES).
+        self.overtaken = size >= OVERTAKE_BYTES
 
     def wait(self) -> BaseException | None:
         """Block until the write is done; its error, if it failed."""

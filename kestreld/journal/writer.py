@@ -290,7 +290,7 @@ class WriterJournal(Flushing):
                 self._wait_large()
             self._rotate()
             seg = self.segments[-1]
-        elif large is not None and large.segment is seg:
+        elif large is not None and large.segment is seg and large.overtaken:
             # A worker thread is appending a large record to this segment: the puts that come
             # meanwhile start the next one, written (and acknowledged) without waiting for it.
             self._rotate()
@@ -534,8 +534,11 @@ class WriterJournal(Flushing):
         # While a large write is in flight, puts go to the next segment and are written now;
         # another large buffer waits until the first large batch resolved (_ahead_resolved):
         # at most one at a time, in the newest two segments (what recovery scans).
-        if batch is not None and (
-            not large_buffer or (self._large is None and self._ahead is None)
+        large = self._large
+        if (
+            batch is not None
+            and (large is None or large.segment is not self.segments[-1])
+            and (not large_buffer or (large is None and self._ahead is None))
         ):
             self._batch = None
             if large_buffer:
@@ -580,7 +583,7 @@ class WriterJournal(Flushing):
         self._buf = []
         self._buf_size = 0
         future = large_write.start(self.executor, self._fd, chunks, size)  # type: ignore[arg-type]
-        large = self._large = LargeWrite(future, seg, seg.size, batch, self._fd)
+        large = self._large = LargeWrite(future, seg, seg.size, batch, self._fd, size)
         self._ahead = batch
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._large_written, large))
 

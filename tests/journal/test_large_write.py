@@ -1,7 +1,8 @@
 """A large record written by a worker thread, and the puts that come meanwhile.
 
 The writer journal hands a buffer of at least ``LARGE_WRITE_BYTES`` to a worker thread;
-puts that arrive while it is written start the next segment and are written on the loop:
+puts that arrive while one of at least ``OVERTAKE_BYTES`` is written start the next segment
+and are written on the loop:
 stored (their replies may go) before the large batch, resolved (their items offered to
 readers) after it.  The worker here is held busy by a gate, so "meanwhile" lasts as long
 as the test wants.
@@ -15,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from kestreld.journal import codec
-from kestreld.journal.large_write import LARGE_WRITE_BYTES
+from kestreld.journal.large_write import LARGE_WRITE_BYTES, OVERTAKE_BYTES
 from kestreld.journal.writer import WriterJournal
 
 MiB = 1024 * 1024
@@ -54,7 +55,7 @@ def test_puts_behind_a_large_write_are_stored_first_and_resolve_after_it(tmp_pat
     order = []
 
     async def scenario(w, gate):
-        large = w.put(1, b"L" * LARGE_WRITE_BYTES)
+        large = w.put(1, b"L" * OVERTAKE_BYTES)
         large.add_done_callback(lambda b: order.append("large"))
         await asyncio.sleep(0.01)  # flushed: handed to the (busy) worker thread
         small = w.put(2, b"small")
@@ -71,7 +72,7 @@ def test_puts_behind_a_large_write_are_stored_first_and_resolve_after_it(tmp_pat
 
 def test_puts_behind_a_large_write_go_to_the_next_segment_in_id_order(tmp_path):
     async def scenario(w, gate):
-        w.put(1, b"L" * LARGE_WRITE_BYTES)
+        w.put(1, b"L" * OVERTAKE_BYTES)
         await asyncio.sleep(0.01)
         smalls = [w.put(2, b"small %d" % i) for i in range(3)]
         await _until(lambda: all(b.stored for b in smalls))
@@ -92,7 +93,7 @@ def test_puts_behind_a_large_write_go_to_the_next_segment_in_id_order(tmp_path):
 
 def test_with_sync_journal_0_puts_behind_a_large_write_are_stored_after_their_fsync(tmp_path):
     async def scenario(w, gate):
-        large = w.put(1, b"L" * LARGE_WRITE_BYTES)
+        large = w.put(1, b"L" * OVERTAKE_BYTES)
         await asyncio.sleep(0.01)
         small = w.put(2, b"small")
         # One worker, held: the small batch's fsync waits behind the gate too.
@@ -103,6 +104,20 @@ def test_with_sync_journal_0_puts_behind_a_large_write_are_stored_after_their_fs
         assert large.done and large.error is None
 
     _run_with_busy_worker(tmp_path, 0, scenario)
+
+
+def test_puts_behind_a_write_of_less_than_overtake_bytes_wait_in_its_segment(tmp_path):
+    async def scenario(w, gate):
+        burst = w.put(1, b"b" * LARGE_WRITE_BYTES)  # off the loop, but quick: no new segment
+        await asyncio.sleep(0.01)
+        small = w.put(2, b"small")
+        await asyncio.sleep(0.05)
+        assert not small.stored and not small.done and len(w.segments) == 1
+        gate.set()
+        await _until(lambda: small.done)
+        assert burst.error is None and small.error is None and len(w.segments) == 1
+
+    _run_with_busy_worker(tmp_path, None, scenario)
 
 
 def test_a_second_large_put_waits_for_the_first_large_batch(tmp_path):
