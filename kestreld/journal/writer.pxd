@@ -47,6 +47,7 @@ cdef class WriterJournal(Flushing):
     cdef public object _large
     cdef public Batch _ahead
     cdef public list _deferred
+    cdef public list _early
     cdef public list large_waiters
     cdef public object handles
     cdef public bint cached

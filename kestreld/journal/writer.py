@@ -43,6 +43,10 @@ ROTATE_CAP = 1 << 62
 #: A tick's buffer of at least this many bytes is written by a worker thread (large_write.py).
 LARGE_WRITE_BYTES = large_write.LARGE_WRITE_BYTES
 
+#: A put of at least this size is handed to a worker thread as it is made (later puts then
+#: overtake it): see large_write.py.
+OVERTAKE_BYTES = large_write.OVERTAKE_BYTES
+
 
 class JournalWriteError(Exception):
     """The journal could not take a write; the put was not acknowledged."""
@@ -80,6 +84,7 @@ class WriterJournal(Flushing):
         "_large",
         "_ahead",
         "_deferred",
+        "_early",
         "large_waiters",
         "handles",
         "cached",
@@ -137,6 +142,8 @@ class WriterJournal(Flushing):
         #: made meanwhile (``behind``) are stored when safe and resolve after it, in order.
         self._ahead: Batch | None = None
         self._deferred: list[Batch] = []  # stored behind ``_ahead``, oldest first
+        #: Batches written ahead of a large put of their tick, acknowledged with the tick.
+        self._early: list[Batch] = []
         #: Called once no large write is in flight or buffered (see :meth:`large_busy`).
         self.large_waiters: list[Callable[[], None]] = []
         #: The server's descriptor budget (kestreld/journal/handles.py); None: no budget.
@@ -295,6 +302,19 @@ class WriterJournal(Flushing):
             # meanwhile start the next one, written (and acknowledged) without waiting for it.
             self._rotate()
             seg = self.segments[-1]
+        overtaken = (
+            size >= OVERTAKE_BYTES
+            and self._large is None
+            and self._ahead is None
+            and self.executor is not None
+            and self._loop_running()
+        )
+        if overtaken and self._batch is not None:
+            # This tick's earlier puts are written now, a batch of their own (acknowledged
+            # with the tick): they do not wait for the large record's write.
+            self.write_buffer()
+            self._early.append(self._batch)
+            self._batch = None
         offset = seg.size
         self.next_id = id_ + 1
         buf = self._buf
@@ -313,7 +333,27 @@ class WriterJournal(Flushing):
         self.put_id = id_
         self.put_segment = seg
         self.put_offset = offset
+        if overtaken:
+            # To the worker thread now: the puts that follow, in this tick too, start the
+            # next segment and do not wait for it.
+            self._batch = None
+            try:
+                self._write_large(batch)
+            except OSError as e:
+                self._write_failed(seg, e)
+                batch.resolve(f"journal write failed: {e.strerror}")
+                raise JournalWriteError(f"journal write failed: {e.strerror}") from e
         return batch
+
+    def _loop_running(self) -> bool:
+        """An event loop runs (a worker thread's write can report back to it)."""
+        if self._loop is not None:
+            return True
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
 
     def join(self, progress: ProgressLog) -> None:
         """A reader's confirms go out with this tick's write (and share its fsync)."""
@@ -521,14 +561,18 @@ class WriterJournal(Flushing):
 
     def _write_tick(self) -> list[Batch]:
         """One write for the puts, one append per reader with confirms; the batches written."""
-        if self._batch is None and not self._progress:
+        if self._batch is None and not self._progress and not self._early:
             return []  # nothing this tick (a shutdown's sync of an idle queue)
         if not self.cached:
             self._admit()  # its descriptors may open now
         self.used = True
         if not self.changed:
             self.mark_changed()
-        written = []
+        written = self._early
+        if written:
+            self._early = []  # written in put(), ahead of a large put of the tick
+        else:
+            written = []
         batch = self._batch
         large_buffer = self._buf_size >= LARGE_WRITE_BYTES and self.executor is not None
         # While a large write is in flight, puts go to the next segment and are written now;
@@ -760,7 +804,13 @@ class WriterJournal(Flushing):
 
     def idle(self) -> bool:
         """Nothing in flight: no buffered put or confirm, no flush due, no fsync pending."""
-        if self._buf or self._batch is not None or self._flush_scheduled or self._progress:
+        if (
+            self._buf
+            or self._batch is not None
+            or self._flush_scheduled
+            or self._progress
+            or self._early
+        ):
             return False
         if self._large is not None or self._ahead is not None:
             return False  # a worker thread is writing to the segment's descriptor
