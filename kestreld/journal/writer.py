@@ -528,6 +528,9 @@ class WriterJournal(Flushing):
         batch, self._batch = self._batch, None
         if batch is not None:
             batch.resolve(error)
+        early, self._early = self._early, []
+        for batch in early:  # written ahead of a large put, after the failed fsync's start
+            batch.resolve(error)
         lost = self._buf_size
         self._buf = []
         self._buf_size = 0
