@@ -53,7 +53,7 @@ from kestreld.state import (
     load_status,
     save_status,
 )
-from kestreld.stats import ServerStats, render_dump_stats, render_stats
+from kestreld.stats import ServerStats, StatLinesCache, render_dump_stats, render_stats
 from kestreld.status import StatusBoard
 
 log = structlog.get_logger("kestreld.server")
@@ -103,6 +103,7 @@ class Server:
         self.config_path = config_path
         self.overrides = overrides or {}
         self.stats = ServerStats()
+        self.stat_lines = StatLinesCache()  # each queue's stats lines, redone when it changed
         self.connections: set[MemcacheConnection] = set()
         #: Polls for a lone client's next request before the loop sleeps (busy_poll_us, else
         #: the build's default; off: 0).
@@ -409,7 +410,9 @@ class Server:
         if self.membership is not None:
             extra.append(("zookeeper_connected", int(self.zookeeper_connected)))
         extra.extend(self.busy_poll.stats())
-        return render_stats(self.stats, self.queues, len(self.connections), __version__, extra)
+        return render_stats(
+            self.stats, self.queues, len(self.connections), __version__, extra, self.stat_lines
+        )
 
     def render_dump_stats(self, names: list[str]) -> bytes:
         return render_dump_stats(self.queues, names)

@@ -19,13 +19,16 @@ MiB = 1024 * 1024
 
 def _exchange(sock: socket.socket, request: bytes, end: bytes, replies: int = 1) -> bytes:
     sock.sendall(request)
-    buf = b""
-    while buf.count(end) < replies:
+    chunks: list[bytes] = []
+    seen, tail = 0, b""  # counted per chunk: a 6 MB stats reply is not rescanned per recv
+    while seen < replies:
         chunk = sock.recv(1 << 20)
         if not chunk:
             raise OSError("the server closed the connection")
-        buf += chunk
-    return buf
+        chunks.append(chunk)
+        seen += (tail + chunk).count(end) - tail.count(end)
+        tail = chunk[-len(end) :]
+    return b"".join(chunks)
 
 
 def run_queues(
