@@ -95,3 +95,4 @@ cdef class Reader:
     cpdef _drained(self)
     cpdef _expired(self, QueueItem item)
     cpdef _forward_expired(self, QueueItem item)
+    cpdef str stat_lines(self, str prefix)

@@ -245,10 +245,9 @@ class StatLinesCache:
         entry = cached.get(name)
         if entry is None or entry.reader is not reader or entry.figures != figures:
             added = reader.oldest_add_time()  # first: it may load the head from disk
-            values = reader.stats()
-            values["oldest_item_age"] = 0  # its line's value is written per reply
-            text = "".join(f"STAT queue_{name}_{k} {v}\r\n" for k, v in values.items())
-            entry = StatLines(reader, _figures(reader, journal), added, text[:-3].encode())
+            prefix = f"STAT queue_{name}_"
+            text = f"{reader.stat_lines(prefix)}{prefix}oldest_item_age "
+            entry = StatLines(reader, _figures(reader, journal), added, text.encode())
         kept[name] = entry
         out.append(entry.text)
         added = entry.added

@@ -424,6 +424,20 @@ def test_stats_lines_of_a_queue_follow_each_change(conn, qname):
     assert fourth[f"queue_{qname}_canceled_transactions"] == "1"
 
 
+def test_stats_and_dump_stats_agree_on_every_queue_figure(conn, qname):
+    for data in ("a", "bb", "ccc"):
+        conn.set(qname, data)
+    assert conn.get(f"{qname}/open") == b"a"
+    assert conn.get(f"{qname}/close/open") == b"bb"  # one open read, two transactions
+    stats = conn.stats()
+    conn.send(f"dump_stats {qname}\r\n")
+    lines = conn.until_end()
+    dumped = dict(line.decode().strip().split("=", 1) for line in lines[1:-2])
+    age = "oldest_item_age"
+    assert int(stats[f"queue_{qname}_{age}"]) <= int(dumped.pop(age))
+    assert {k: stats[f"queue_{qname}_{k}"] for k in dumped} == dumped
+
+
 def test_stats_of_an_idle_queue_repeat_but_its_oldest_item_age_grows(conn, qname):
     conn.set(qname, "x")
     first = conn.stats()
