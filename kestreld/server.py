@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import fcntl
+import gc
 import os
 import resource
 import signal
@@ -51,7 +52,7 @@ from kestreld.state import (
     load_status,
     save_status,
 )
-from kestreld.stats import ServerStats, render_dump_stats, render_stats
+from kestreld.stats import ServerStats, StatLinesCache, render_dump_stats, render_stats
 from kestreld.status import StatusBoard
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class Server:
         self.config_path = config_path
         self.overrides = overrides or {}
         self.stats = ServerStats()
+        self.stat_lines = StatLinesCache()  # each queue's stats lines, redone when it changed
         self.connections: set[MemcacheConnection] = set()
         #: Polls for a lone client's next request before the loop sleeps (busy_poll_us, else
         #: the build's default; off: 0).
@@ -416,7 +418,9 @@ class Server:
         extra.extend(self.busy_poll.stats())
         if self.role is not None:
             extra.extend(self.role.stats())
-        return render_stats(self.stats, self.queues, len(self.connections), __version__, extra)
+        return render_stats(
+            self.stats, self.queues, len(self.connections), __version__, extra, self.stat_lines
+        )
 
     def render_dump_stats(self, names: list[str]) -> bytes:
         return render_dump_stats(self.queues, names)
@@ -787,5 +791,10 @@ def serve(
     try:
         import uvloop
     except ImportError:  # pragma: no cover
-        return asyncio.run(_main(config, config_path, overrides, role))
-    return uvloop.run(_main(config, config_path, overrides, role))
+        code = asyncio.run(_main(config, config_path, overrides, role))
+    else:
+        code = uvloop.run(_main(config, config_path, overrides, role))
+    # Stopped, all on disk: frozen, every queue's objects are left to the process's end
+    # instead of the exit's cycle collector (seconds of a graceful stop at 10,000 queues).
+    gc.freeze()
+    return code

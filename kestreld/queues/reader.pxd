@@ -96,3 +96,5 @@ cdef class Reader:
     cpdef _drained(self)
     cpdef _expired(self, QueueItem item)
     cpdef _forward_expired(self, QueueItem item)
+    @cython.locals(logsize=cython.longlong, segment=Segment, memory=BlockingQueue)
+    cpdef str stat_lines(self, str prefix)

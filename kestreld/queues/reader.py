@@ -607,6 +607,37 @@ class Reader:
         self.memory.wake_all()
         self.journal_reader.erase()
 
+    def stat_lines(self, prefix: str) -> str:
+        """:meth:`stats` as ``stats`` lines, ``<prefix><key> <value>`` each, in its order.
+
+        Formatted here, compiled: a ``stats`` of thousands of queues formats each one's.
+        """
+        journal = self.journal
+        logsize = 0  # journal.total_size, without its generator
+        if journal is not None:
+            for segment in journal.segments:
+                logsize += segment.size
+        memory = self.memory
+        return (
+            f"{prefix}items {self.items}\r\n"
+            f"{prefix}bytes {self.bytes}\r\n"
+            f"{prefix}total_items {self.total_items}\r\n"
+            f"{prefix}logsize {logsize}\r\n"
+            f"{prefix}expired_items {self.expired_items}\r\n"
+            f"{prefix}mem_items {len(memory)}\r\n"
+            f"{prefix}mem_bytes {self.mem_bytes}\r\n"
+            f"{prefix}age {self.age}\r\n"
+            f"{prefix}discarded {self.discarded}\r\n"
+            f"{prefix}waiters {memory.live_waiters() if memory.waiters else 0}\r\n"
+            f"{prefix}open_transactions {len(self.open_reads)}\r\n"
+            f"{prefix}transactions {self.transactions}\r\n"
+            f"{prefix}canceled_transactions {self.canceled_transactions}\r\n"
+            f"{prefix}total_flushes {self.total_flushes}\r\n"
+            f"{prefix}journal_rewrites 0\r\n"
+            f"{prefix}journal_rotations {journal.rotations if journal else 0}\r\n"
+            f"{prefix}punted_items {self.punted_items}\r\n"
+        )
+
     def stats(self) -> dict[str, int]:
         journal = self.journal
         return {

@@ -3,6 +3,7 @@
 from kestreld.stats.counters import (
     QUEUE_STAT_KEYS,
     ServerStats,
+    StatLinesCache,
     alias_stats,
     global_stats,
     queue_stats,
@@ -13,6 +14,7 @@ from kestreld.stats.counters import (
 __all__ = [
     "QUEUE_STAT_KEYS",
     "ServerStats",
+    "StatLinesCache",
     "alias_stats",
     "global_stats",
     "queue_stats",

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kestreld.queues.collection import QueueCollection
 from kestreld.queues.reader import Reader
 from kestreld.session.traffic import COUNTERS as TRAFFIC_COUNTERS
 from kestreld.session.traffic import Traffic
+
+if TYPE_CHECKING:
+    from kestreld.journal.writer import WriterJournal
 
 #: Per-queue keys, in the reference order.
 QUEUE_STAT_KEYS = (
@@ -104,10 +108,15 @@ def global_stats(
     stats: ServerStats, queues: QueueCollection, connections: int, version: str
 ) -> list[tuple[str, object]]:
     now = time.time()
-    items, nbytes = queues.totals()
-    readers = queues.readers()
-    total_items = sum(r.total_items for r in readers)
-    reserved = sum(r.config.max_memory_size for r in readers if r.journal is not None)
+    items = nbytes = total_items = reserved = 0
+    for queue in queues.queues.values():  # one pass: thousands of queues cost little
+        journaled = queue.journal is not None
+        for r in queue.reader_list:
+            items += r.items
+            nbytes += r.bytes
+            total_items += r.total_items
+            if journaled:
+                reserved += r.config.max_memory_size
     ratio = (reserved / _MEMORY) if _MEMORY else 0.0
     return [
         ("uptime", int(now - stats.started)),
@@ -135,22 +144,138 @@ def global_stats(
     ]
 
 
+def _figures(reader: Reader, journal: tuple) -> tuple:
+    """What a reader's stat lines (all but ``oldest_item_age``) are made of, read without
+    building them: equal figures, equal lines.
+
+    The journal's part is its rotations, segment count and newest segment's size: only
+    the newest segment grows or is cut back, so they change whenever ``logsize`` does.
+    """
+    memory = reader.memory
+    return (
+        reader.items,
+        reader.bytes,
+        reader.total_items,
+        reader.expired_items,
+        len(memory),
+        reader.mem_bytes,
+        reader.age,
+        reader.discarded,
+        memory.live_waiters() if memory.waiters else 0,
+        len(reader.open_reads),
+        reader.transactions,
+        reader.canceled_transactions,
+        reader.total_flushes,
+        reader.punted_items,
+        journal,
+    )
+
+
+def _journal_figures(journal: WriterJournal | None) -> tuple:
+    """The queue's part of :func:`_figures` (its readers share the journal)."""
+    if journal is None:
+        return ()
+    segments = journal.segments
+    return (journal.rotations, len(segments), segments[-1].size if segments else 0)
+
+
+@dataclass(slots=True)
+class StatLines:
+    """One reader's ``stats`` lines, kept while its figures stay the same."""
+
+    reader: Reader
+    figures: tuple
+    #: The oldest waiting item's add time: the head changes only with a figure (a take, a
+    #: put to an empty queue, an abort, an expiry, a load from disk all count somewhere).
+    added: int | None
+    text: bytes  # every line, ending in "STAT queue_<name>_oldest_item_age " (its value to come)
+
+
+@dataclass(slots=True)
+class StatLinesCache:
+    """Every reader's :class:`StatLines` by full name: a ``stats`` with thousands of idle
+    queues formats only the lines of those that changed (and each one's oldest_item_age,
+    which grows with the clock)."""
+
+    lines: dict[str, StatLines] = field(default_factory=dict)
+
+    def render(self, queues: QueueCollection) -> list[bytes]:
+        """The queues' and readers' stat lines, in ``stats`` order."""
+        now_ms = int(time.time() * 1000)
+        out: list[bytes] = []
+        cached = self.lines
+        kept: dict[str, StatLines] = {}
+        for qname in sorted(queues.queues):
+            if qname in queues.aliases:
+                continue  # masked by an alias: the alias's stats carry the name
+            queue = queues.queues[qname]
+            journal = _journal_figures(queue.journal)
+            default = queue.readers.get("")
+            if default is None:  # fanout_only: no reader of its own
+                values = dict.fromkeys(QUEUE_STAT_KEYS, 0)
+                values["logsize"] = queue.journal.total_size if queue.journal else 0
+                values["total_items"] = queue.last_id
+                out.extend(f"STAT queue_{qname}_{k} {v}\r\n".encode() for k, v in values.items())
+            else:
+                self._reader_lines(out, qname, default, journal, cached, kept, now_ms)
+            if default is not None and len(queue.reader_list) == 1:
+                continue  # no fanout readers (most queues): no list of none to build
+            children = queue.children()
+            if not children:
+                continue
+            names = ",".join(sorted(r.name for r in children))
+            out.append(f"STAT queue_{qname}_children {names}\r\n".encode())
+            for reader in sorted(children, key=lambda r: r.name):
+                self._reader_lines(out, reader.full_name, reader, journal, cached, kept, now_ms)
+        self.lines = kept  # deleted queues' lines go
+        return out
+
+    @staticmethod
+    def _reader_lines(
+        out: list[bytes],
+        name: str,
+        reader: Reader,
+        journal: tuple,
+        cached: dict[str, StatLines],
+        kept: dict[str, StatLines],
+        now_ms: int,
+    ) -> None:
+        """Append one reader's lines to ``out``."""
+        figures = _figures(reader, journal)
+        entry = cached.get(name)
+        if entry is None or entry.reader is not reader or entry.figures != figures:
+            added = reader.oldest_add_time()  # first: it may load the head from disk
+            prefix = f"STAT queue_{name}_"
+            text = f"{reader.stat_lines(prefix)}{prefix}oldest_item_age "
+            entry = StatLines(reader, _figures(reader, journal), added, text.encode())
+        kept[name] = entry
+        out.append(entry.text)
+        added = entry.added
+        out.append(b"%d\r\n" % (max(0, now_ms - added) if added is not None else 0))
+
+
 def render_stats(
     stats: ServerStats,
     queues: QueueCollection,
     connections: int,
     version: str,
     extra: list[tuple[str, object]] | tuple = (),
+    cache: StatLinesCache | None = None,
 ) -> bytes:
-    """The ``stats`` reply; ``extra`` are further server keys (status, zookeeper_connected)."""
-    lines = [f"STAT {k} {v}" for k, v in global_stats(stats, queues, connections, version)]
-    lines.extend(f"STAT {k} {v}" for k, v in extra)
-    for name, values in queue_stats(queues):
-        lines.extend(f"STAT queue_{name}_{k} {v}" for k, v in values.items())
-    for name, alias_values in alias_stats(queues):
-        lines.extend(f"STAT queue_{name}_{k} {v}" for k, v in alias_values.items())
-    lines.append("END\r\n")
-    return "\r\n".join(lines).encode()
+    """The ``stats`` reply; ``extra`` are further server keys (status, zookeeper_connected).
+
+    ``cache``: the server's, kept between calls (a new one each call costs a full render).
+    """
+    server = [f"STAT {k} {v}\r\n" for k, v in global_stats(stats, queues, connections, version)]
+    server.extend(f"STAT {k} {v}\r\n" for k, v in extra)
+    aliases = [
+        f"STAT queue_{name}_{k} {v}\r\n"
+        for name, alias_values in alias_stats(queues)
+        for k, v in alias_values.items()
+    ]
+    queue_lines = (cache if cache is not None else StatLinesCache()).render(queues)
+    # Bytes throughout, joined once: one copy of a reply of megabytes, not three.
+    return b"".join(["".join(server).encode(), *queue_lines, "".join(aliases).encode(), b"END\r\n"])
 
 
 def render_dump_stats(queues: QueueCollection, names: list[str]) -> bytes:

@@ -220,13 +220,23 @@ class Conn:
         return data
 
     def until_end(self) -> list[bytes]:
-        """Lines up to and including END."""
-        lines = []
+        """Lines up to and including END (a 6 MB ``stats`` reply is scanned once, not per line)."""
+        data = bytearray(self.buf)
+        scanned = 0
         while True:
-            line = self.line()
-            lines.append(line)
-            if line == b"END":
-                return lines
+            if data.startswith(b"END\r\n"):
+                at = 0
+            else:
+                found = data.find(b"\r\nEND\r\n", scanned)
+                at = found + 2 if found >= 0 else -1
+            if at >= 0:
+                self.buf = bytes(data[at + 5 :])
+                return bytes(data[: at + 3]).split(b"\r\n")
+            scanned = max(len(data) - 6, 0)
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            data += chunk
 
     def get(self, key: str) -> bytes | None:
         """Send a get and read a single-item reply; None for END."""

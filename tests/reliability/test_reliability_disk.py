@@ -397,13 +397,13 @@ def test_unwritable_folder_refuses_new_queues_and_checkpoints_clearly(nobody_dir
     c = Conn(srv.connect())
     for i in range(5):
         assert c.set("perm", str(i)) == b"STORED"
-    time.sleep(0.3)  # the progress file exists: appends need no new file
+    assert c.get("perm") == b"0"  # its progress file exists: appends need no new file
     nobody_dir.chmod(0o555)
     try:
         reply = c.set("brandnew", "x")
         assert reply.startswith(b"SERVER_ERROR") and b"Permission denied" in reply, reply
         assert c.set("perm", "5") == b"STORED", "the open segment is still writable"
-        assert c.get("perm") == b"0"
+        assert c.get("perm") == b"1"
         failed = wait_until(lambda: srv.events("checkpoint_failed"), "checkpoint_failed logged")
         assert failed and "Permission denied" in failed[0]["error"]
     finally:
@@ -412,7 +412,24 @@ def test_unwritable_folder_refuses_new_queues_and_checkpoints_clearly(nobody_dir
     wait_checkpoint(nobody_dir, "perm", 1)
     srv.restart(crash=True)
     c = Conn(srv.connect())
-    assert _drain(c, "perm") == [b"1", b"2", b"3", b"4", b"5"]
+    assert _drain(c, "perm") == [b"2", b"3", b"4", b"5"]
+
+
+def test_unwritable_folder_refuses_a_queues_first_get_clearly_and_keeps_the_item(
+    nobody_dir, servers
+):
+    """A reader that consumed nothing has no progress file yet: its first get creates it."""
+    srv = _start_nobody(servers, nobody_dir, "")
+    c = Conn(srv.connect())
+    assert c.set("fresh", "x") == b"STORED"
+    nobody_dir.chmod(0o555)
+    try:
+        c.send("get fresh\r\n")
+        reply = c.line()
+        assert reply.startswith(b"SERVER_ERROR") and b"Permission denied" in reply, reply
+    finally:
+        nobody_dir.chmod(0o755)
+    assert c.get("fresh") == b"x"
 
 
 def test_unreadable_checkpoint_at_start_up_redelivers_instead_of_failing(nobody_dir, servers):

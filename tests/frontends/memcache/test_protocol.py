@@ -405,6 +405,66 @@ def test_stats_count_items_bytes_gets_and_hits(conn, qname):
     assert int(after["get_misses"]) - int(before["get_misses"]) == 1
 
 
+def test_stats_lines_of_a_queue_follow_each_change(conn, qname):
+    conn.set(qname, "12345")
+    first = conn.stats()  # an unchanged queue's lines are kept; a changed one's redone
+    conn.set(qname, "678")
+    second = conn.stats()
+    assert second[f"queue_{qname}_items"] == "2"
+    assert int(second[f"queue_{qname}_logsize"]) > int(first[f"queue_{qname}_logsize"])
+    assert conn.get(f"{qname}/open") == b"12345"
+    third = conn.stats()
+    assert third[f"queue_{qname}_items"] == "1"
+    assert third[f"queue_{qname}_open_transactions"] == "1"
+    conn.send(f"get {qname}/abort\r\n")
+    assert conn.line() == b"END"
+    fourth = conn.stats()
+    assert fourth[f"queue_{qname}_items"] == "2"
+    assert fourth[f"queue_{qname}_open_transactions"] == "0"
+    assert fourth[f"queue_{qname}_canceled_transactions"] == "1"
+
+
+def test_stats_and_dump_stats_agree_on_every_queue_figure(conn, qname):
+    for data in ("a", "bb", "ccc"):
+        conn.set(qname, data)
+    assert conn.get(f"{qname}/open") == b"a"
+    assert conn.get(f"{qname}/close/open") == b"bb"  # one open read, two transactions
+    stats = conn.stats()
+    conn.send(f"dump_stats {qname}\r\n")
+    lines = conn.until_end()
+    dumped = dict(line.decode().strip().split("=", 1) for line in lines[1:-2])
+    age = "oldest_item_age"
+    assert int(stats[f"queue_{qname}_{age}"]) <= int(dumped.pop(age))
+    assert {k: stats[f"queue_{qname}_{k}"] for k in dumped} == dumped
+
+
+def test_stats_of_an_idle_queue_repeat_but_its_oldest_item_age_grows(conn, qname):
+    conn.set(qname, "x")
+    first = conn.stats()
+    time.sleep(0.05)
+    second = conn.stats()
+    ours = [k for k in first if k.startswith(f"queue_{qname}_")]
+    age = f"queue_{qname}_oldest_item_age"
+    assert {k: first[k] for k in ours if k != age} == {k: second[k] for k in ours if k != age}
+    assert int(second[age]) >= int(first[age]) + 50
+
+
+def test_stats_count_a_waiting_get_until_it_times_out(make_server, qname):
+    srv = make_server()
+    c = Conn(srv.connect())
+    c.set(qname, "x")
+    assert c.get(qname) == b"x"
+    assert c.stats()[f"queue_{qname}_waiters"] == "0"
+    waiting = Conn(srv.connect())
+    waiting.send(f"get {qname}/t=300\r\n")
+    deadline = time.monotonic() + 5
+    while c.stats()[f"queue_{qname}_waiters"] != "1":
+        assert time.monotonic() < deadline, "the waiting get was never counted"
+        time.sleep(0.01)
+    assert waiting.line() == b"END"
+    assert c.stats()[f"queue_{qname}_waiters"] == "0"
+
+
 def test_curr_items_excludes_open_reads(make_server):
     srv = make_server()
     c = Conn(srv.connect())
