@@ -27,6 +27,26 @@ def set_log_level(level: str) -> None:
     _min_level[0] = _level_number(level)
 
 
+class _StreamLogger(structlog.WriteLogger):
+    """structlog's one-write-per-event logger that outlives its reader: when the stream is
+    gone (a closed pipe, a full disk), the event is dropped and the server goes on serving;
+    a SIGTERM's ``shutdown_requested`` must never be what stops the stop."""
+
+    def msg(self, message: str) -> None:
+        try:
+            super().msg(message)
+        except (OSError, ValueError):  # EPIPE, ENOSPC; ValueError: the stream was closed
+            pass
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
+
+
+class _StreamLoggerFactory:
+    def __call__(self, *args: object) -> _StreamLogger:
+        return _StreamLogger(sys.stderr)
+
+
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
     _min_level[0] = _level_number(level)
     renderer = (
@@ -46,6 +66,6 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
         # One write per event (print writes the line and its newline apart): the workers of
         # a box (kestreld/workers/) share one stream, and their lines must not interleave.
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
+        logger_factory=_StreamLoggerFactory(),
         cache_logger_on_first_use=True,
     )
