@@ -14,7 +14,12 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from kestreld.workers.channel import ChannelCount, channel_path, serve_channel
+from kestreld.workers.channel import (
+    ChannelCount,
+    channel_commands,
+    channel_path,
+    serve_channel,
+)
 from kestreld.workers.ownership import Ownership
 from kestreld.workers.routing import Router
 
@@ -46,10 +51,13 @@ class WorkerRole:
 
     async def attach(self, server: Any) -> Router:
         """Serve this worker's channel and route ``server``'s memcache requests."""
-        self.channel = await serve_channel(
-            server, channel_path(self.folder, self.index), self.channel_count
-        )
         self.router = Router(server, self.ownership, self.folder)
+        self.channel = await serve_channel(
+            server,
+            channel_path(self.folder, self.index),
+            self.channel_count,
+            channel_commands(self.router),
+        )
         server.queues.relay_puts_to(self.router.put_elsewhere)
         return self.router
 

@@ -72,6 +72,8 @@ class Router:
         self.crossed = 0
         #: The class of this worker's client connections.
         self.connection_class = RoutedConnection
+        #: While a get runs here: the puts it sent to other workers (an abort's punts).
+        self.moves: list[Batch] | None = None
 
     # --- the table --------------------------------------------------------------------------
 
@@ -174,7 +176,10 @@ class Router:
     def _run(self, conn: Any, command: Command, args: list[bytes], owner: int, shape: int) -> None:
         if owner < 0 or owner == self.index:
             self.local += 1
-            command_run(command, conn, args)
+            if shape == ONE and args[0].lower() in (b"get", b"gets"):
+                self.run_waiting_for_moves(command, conn, args)
+            else:
+                command_run(command, conn, args)
             return
         self.crossed += 1
         self.forward(conn, owner, b" ".join(args) + CRLF, _quiet(command, args), shape)
@@ -200,20 +205,54 @@ class Router:
         request = b"".join((b" ".join(args), CRLF, data, CRLF))
         self.forward(conn, owner, request, _quiet(set_command, args), ONE)
 
+    def run_waiting_for_moves(self, command: Command, conn: Any, args: list[bytes]) -> None:
+        """Run a get here; an abort among its keys may punt items to queues other workers
+        own, and its reply is then sent only once every owner stored them: a get of the
+        error queue right after the abort finds the item (a punt leaves the source only
+        after the target has it)."""
+        moves: list[Batch] = []
+        self.moves = moves
+        mark = len(conn.out)
+        try:
+            command_run(command, conn, args)
+        finally:
+            self.moves = None
+        waiting = [batch for batch in moves if not batch.done]
+        if not waiting:
+            return
+        gate = pending_confirm(Batch(), None)  # holds what this get answered, empty itself
+        conn.out.insert(mark, gate)
+        conn.pending += 1
+        left = [len(waiting)]
+
+        def stored(batch: Batch) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                gate.ticket.resolve()
+                conn.replies_ready()
+
+        for batch in waiting:
+            batch.add_done_callback(stored)
+
     def put_elsewhere(self, name: str, data: bytes, expire_time: int, error_count: int) -> Batch:
         """A put of this worker's queue side (an alias's destination, an error queue,
-        expire_to_queue) to a queue another worker owns: the batch resolves once the owner
-        answered STORED, or fails with its answer.  (The item's error count starts again
-        at 0 there: the text protocol has no word for it.)"""
+        expire_to_queue) to a queue another worker owns, with the item's error count and
+        expiry (the channel's ``put_item``): the batch resolves once the owner answered
+        STORED, or fails with its answer."""
         owner = self.ownership.owner(name)
         batch = Batch()
+        if self.moves is not None:
+            self.moves.append(batch)
         upstream = self._upstream(self, owner)  # the queue side's own connection to it
         if upstream is None:
             batch.resolve(f"worker {owner} is not serving")
             return batch
-        exptime = 0 if expire_time <= 0 else max(1_000_000, expire_time // 1000)
         request = b"".join(
-            (b"set %s 0 %d %d\r\n" % (name.encode(), exptime, len(data)), data, CRLF)
+            (
+                b"put_item %s %d %d %d\r\n" % (name.encode(), error_count, expire_time, len(data)),
+                data,
+                CRLF,
+            )
         )
 
         def stored(raw: bytes | None) -> None:

@@ -300,6 +300,44 @@ def test_an_aborted_item_is_punted_to_an_error_queue_on_the_other_worker(make_se
     assert conn.get(source) is None  # it left the source once the error queue had it
 
 
+@pytest.mark.parametrize("landed_on", [0, 1])
+def test_an_abort_that_punts_across_is_answered_once_the_target_has_the_item(
+    make_server, names, landed_on
+):
+    source, errors = names
+    box = make_server(
+        config=f'[queues.{source}]\npunt_error_to_queue = "{errors}"\n',
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _on_worker(box, landed_on)
+    conn.set(source, b"bad")
+    assert conn.get(f"{source}/open") == b"bad"
+    conn.send(f"get {source}/abort\r\n")
+    assert conn.line() == b"END"
+    assert conn.get(errors) == b"bad"  # no wait: the reply came after the owner stored it
+
+
+def test_an_item_punted_across_keeps_its_error_count(make_server, names):
+    source, errors = names
+    poison = _owned_by(0, "poison")
+    box = make_server(
+        config=(
+            f'[queues.{source}]\npunt_error_to_queue = "{errors}"\n'
+            f'[queues.{errors}]\npunt_many_errors_to_queue = "{poison}"\n'
+            "punt_many_errors_count = 2\n"
+        ),
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _conn(box)
+    conn.set(source, b"bad")
+    for queue in (source, errors):  # its first abort on worker 0, its second on worker 1
+        assert conn.get(f"{queue}/open") == b"bad"
+        conn.send(f"get {queue}/abort\r\n")
+        assert conn.line() == b"END"
+    assert conn.get(poison) == b"bad"  # 2 errors: counted on both workers
+    assert conn.get(errors) is None
+
+
 def test_a_declared_size_above_the_limit_is_refused_before_its_block_crosses(make_server, names):
     box = make_server(config='max_item_size = "1KiB"\n', args=["--workers", str(WORKERS)])
     conn = _conn(box)
