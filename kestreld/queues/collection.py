@@ -179,6 +179,8 @@ class QueueCollection:
                 alias.reconfigure(destinations)
                 log.info("alias_reconfigured", alias=name, destinations=",".join(destinations))
         masked = config.masked_queues()
+        if self.owns is not None:  # with workers = N: said once, by each masked queue's owner
+            masked = [name for name in masked if self.owns(name)]
         if masked:
             log.warning("queues_masked_by_aliases", queues=",".join(masked))
 
@@ -265,6 +267,9 @@ class QueueCollection:
         self, name: str, data: bytes, expire_time: int, now: int, error_count: int
     ) -> Batch | None:
         if self.owns is not None and not self.owns(name):
+            # Judged here as the owner would (an alias's puts are refused before any crosses).
+            if len(data) > self.config.queue(name).max_item_size:
+                raise QueueFull(f"{name}: item larger than max_item_size")
             return self._put_elsewhere(name, data, expire_time, error_count)
         queue = self.queue(name, create=True)
         if queue is None:  # an alias's destination masked by an alias: refused at config load

@@ -27,9 +27,9 @@ import structlog
 from kestreld.frontends.memcache.commands import COMMANDS, parse_get, queue_name
 from kestreld.frontends.memcache.connection import MemcacheConnection
 from kestreld.frontends.memcache.framing import Command
-from kestreld.frontends.memcache.replies import server_error
+from kestreld.frontends.memcache.replies import NOT_STORED, STORED, server_error
 from kestreld.journal.batch import Batch
-from kestreld.session.reply import PendingReply, pending_confirm
+from kestreld.session.reply import PUT, PendingReply, pending_confirm
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.channel import channel_path
 from kestreld.workers.ownership import Ownership
@@ -39,6 +39,9 @@ log = structlog.get_logger("kestreld.workers")
 
 CRLF = b"\r\n"
 END = b"END\r\n"
+
+#: The end of a failed put's error when the owner answered NOT_STORED (queue full).
+REFUSED = "NOT_STORED"
 
 #: Requests a client connection may have sent to one owner and not had answered yet.
 MAX_IN_FLIGHT = 8
@@ -199,7 +202,10 @@ class Router:
         owner = self._owner(args[1])
         if owner < 0 or owner == self.index:
             self.local += 1
+            mark = len(conn.out)
             set_command.run(conn, args, data)
+            if owner < 0 and len(conn.out) == mark + 1 and self.server.config.aliases:
+                self._refused_is_not_stored(conn)
             return
         self.crossed += 1
         request = b"".join((b" ".join(args), CRLF, data, CRLF))
@@ -234,6 +240,29 @@ class Router:
         for batch in waiting:
             batch.add_done_callback(stored)
 
+    @staticmethod
+    def _refused_is_not_stored(conn: Any) -> None:
+        """The held ``STORED`` of a set to an alias whose destinations live on other workers:
+        a destination's owner that refused it makes it ``NOT_STORED``, as a refusal here
+        does (the connection would render any failed put as a ``SERVER_ERROR``)."""
+        put = conn.out[-1]
+        if type(put) is bytes or put.kind != PUT:
+            return
+        reply = pending_confirm(Batch(), None)
+        conn.out[-1] = reply
+
+        def settled(batch: Batch) -> None:
+            error = batch.error
+            if error is None:
+                raw = STORED
+            elif error.endswith(REFUSED):
+                raw = NOT_STORED
+            else:
+                raw = server_error(error)
+            _answer(conn, reply, raw)
+
+        put.ticket.add_done_callback(settled)
+
     def put_elsewhere(self, name: str, data: bytes, expire_time: int, error_count: int) -> Batch:
         """A put of this worker's queue side (an alias's destination, an error queue,
         expire_to_queue) to a queue another worker owns, with the item's error count and
@@ -256,8 +285,10 @@ class Router:
         )
 
         def stored(raw: bytes | None) -> None:
-            if raw == b"STORED\r\n":
+            if raw == STORED:
                 batch.resolve()
+            elif raw == NOT_STORED:
+                batch.resolve(f"worker {owner}: {name} {REFUSED}")
             else:
                 said = raw.decode("ascii", "replace").strip() if raw else "no answer"
                 batch.resolve(f"worker {owner}: {said}")

@@ -301,6 +301,24 @@ def test_an_aborted_item_is_punted_to_an_error_queue_on_the_other_worker(make_se
 
 
 @pytest.mark.parametrize("landed_on", [0, 1])
+def test_a_set_to_an_alias_whose_destination_on_the_other_worker_is_full_is_not_stored(
+    make_server, names, landed_on
+):
+    first, second = names
+    box = make_server(
+        config=(
+            f"[queues.{second}]\nmax_items = 1\n"
+            f'[aliases.both]\ndestination_queues = ["{first}", "{second}"]\n'
+        ),
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _on_worker(box, landed_on)
+    assert conn.set(second, b"first") == b"STORED"
+    assert conn.set("both", b"x") == b"NOT_STORED"
+    assert conn.get(first) == b"x"  # the other destination still got it (Kestrel's rule)
+
+
+@pytest.mark.parametrize("landed_on", [0, 1])
 def test_an_abort_that_punts_across_is_answered_once_the_target_has_the_item(
     make_server, names, landed_on
 ):
