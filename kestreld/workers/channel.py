@@ -95,13 +95,24 @@ def cmd_put_item(conn: ChannelConnection, args: list[bytes], data: bytes) -> Non
 
 def channel_commands(router: Any) -> dict[bytes, Command]:
     """The channel's table: the ordinary commands, their gets holding their reply until
-    the punts they caused are stored (Router.run_waiting_for_moves), and ``put_item``."""
+    the punts they caused are stored (Router.run_waiting_for_moves), their sets to an
+    alias refused as NOT_STORED by another worker's full queue (Router.run_set), and
+    ``put_item``."""
     table = dict(COMMANDS)
     for word in (b"get", b"gets"):
         original = COMMANDS[word]
         command = Command(word, None, shape=original.shape, waits_for_sets=original.waits_for_sets)
         command.run = lambda conn, args, c=original: router.run_waiting_for_moves(c, conn, args)
         table[word] = command
+    original_set = COMMANDS[b"set"]
+    table[b"set"] = Command(
+        b"set",
+        lambda conn, args, data: router.run_set(original_set, conn, args, data),
+        shape=original_set.shape,
+        noreply_after=original_set.noreply_after,
+        accept=original_set.accept,
+        waits_for_sets=False,
+    )
     table[b"put_item"] = Command(
         b"put_item",
         cmd_put_item,

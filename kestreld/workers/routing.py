@@ -43,6 +43,9 @@ END = b"END\r\n"
 #: The end of a failed put's error when the owner answered NOT_STORED (queue full).
 REFUSED = "NOT_STORED"
 
+#: Where the sets to an alias run.
+ALIAS_WORKER = 0
+
 #: Requests a client connection may have sent to one owner and not had answered yet.
 MAX_IN_FLIGHT = 8
 
@@ -125,7 +128,9 @@ class Router:
         if queue_name(base) is None:
             return -1
         if self.server.config.aliases and base.decode() in self.server.config.aliases:
-            return -1  # an alias: its destinations are put to from here (see _set_block)
+            # An alias's sets are counted, and its destinations put to, on worker 0: the
+            # admin port (worker 0's) and dump_stats then show its counters whole.
+            return ALIAS_WORKER
         return self.ownership.owner(base)
 
     def _get(self, conn: Any, command: Command, args: list[bytes]) -> None:
@@ -202,14 +207,35 @@ class Router:
         owner = self._owner(args[1])
         if owner < 0 or owner == self.index:
             self.local += 1
-            mark = len(conn.out)
-            set_command.run(conn, args, data)
-            if owner < 0 and len(conn.out) == mark + 1 and self.server.config.aliases:
-                self._refused_is_not_stored(conn)
+            self.run_set(set_command, conn, args, data)
             return
         self.crossed += 1
+        quiet = _quiet(set_command, args)
+        aliases = self.server.config.aliases
+        if aliases and args[1].decode() in aliases:
+            self._set_alias_elsewhere(conn, owner, args[:-1] if quiet else args, data, quiet)
+            return
         request = b"".join((b" ".join(args), CRLF, data, CRLF))
-        self.forward(conn, owner, request, _quiet(set_command, args), ONE)
+        self.forward(conn, owner, request, quiet, ONE)
+
+    def _set_alias_elsewhere(
+        self, conn: Any, owner: int, args: list[bytes], data: bytes, quiet: bool
+    ) -> None:
+        """A set to an alias, run by another worker: this client's next requests wait for
+        its answer (``noreply`` too), as one server's gets wait for its sets: a get of a
+        destination right after it finds the item, wherever that destination lives."""
+        request = b"".join((b" ".join(args), CRLF, data, CRLF))
+        upstream = self._upstream(conn, owner)
+        if upstream is None:
+            if not quiet:
+                conn.out.append(_gone(owner))
+            return
+        if quiet:
+            upstream.request(request, ONE, lambda raw: conn.replies_ready())
+        else:
+            reply = self._hold(conn)
+            upstream.request(request, ONE, lambda raw: _answer(conn, reply, raw or _gone(owner)))
+        conn.held = True
 
     def run_waiting_for_moves(self, command: Command, conn: Any, args: list[bytes]) -> None:
         """Run a get here; an abort among its keys may punt items to queues other workers
@@ -239,6 +265,14 @@ class Router:
 
         for batch in waiting:
             batch.add_done_callback(stored)
+
+    def run_set(self, command: Command, conn: Any, args: list[bytes], data: bytes) -> None:
+        """Run a set here (a client's, or one another worker sent on)."""
+        mark = len(conn.out)
+        command.run(conn, args, data)
+        aliases = self.server.config.aliases
+        if aliases and len(conn.out) == mark + 1 and args[1].decode() in aliases:
+            self._refused_is_not_stored(conn)
 
     @staticmethod
     def _refused_is_not_stored(conn: Any) -> None:
