@@ -356,6 +356,24 @@ def test_an_item_punted_across_keeps_its_error_count(make_server, names):
     assert conn.get(errors) is None
 
 
+def test_max_queues_counts_the_queues_of_the_whole_box(make_server):
+    box = make_server(config="max_queues = 3\n", args=["--workers", str(WORKERS)])
+    conn = _conn(box)
+    names = [_owned_by(0, "a"), _owned_by(1, "b"), _owned_by(0, "c")]
+    for name in names:
+        assert conn.set(name, b"x") == b"STORED"
+    for index in (0, 1):  # refused on either worker: the box holds three
+        name = _owned_by(index, "more")
+        assert conn.set(name, b"x") == (
+            f"SERVER_ERROR too many queues (max_queues = 3); {name} not created".encode()
+        )
+    conn.send(f"delete {names[1]}\r\n")
+    assert conn.line() == b"DELETED"
+    # A deleted queue frees the budget of every worker (each writes its count every second).
+    other = _owned_by(0, "more")
+    assert _until(lambda: conn.set(other, b"x") == b"STORED")
+
+
 def test_a_declared_size_above_the_limit_is_refused_before_its_block_crosses(make_server, names):
     box = make_server(config='max_item_size = "1KiB"\n', args=["--workers", str(WORKERS)])
     conn = _conn(box)
