@@ -412,13 +412,15 @@ class Router:
         def answered(index: int, raw: bytes | None) -> None:
             replies[index] = raw
             left[0] -= 1
-            if left[0] == 0 and reply is not None:
-                _answer(conn, reply, combine(replies))
+            if left[0] == 0:
+                if reply is not None:
+                    _answer(conn, reply, combine(replies))
+                else:
+                    conn.replies_ready()
 
-        if reply is not None:
-            # The connection's own gate (what its unacknowledged sets use): requests
-            # after this one wait until the reply is in; replies_ready lifts it.
-            conn.held = True
+        # The connection's own gate (what its unacknowledged sets use): requests after
+        # this one wait until every worker ran it (``noreply`` too); replies_ready lifts it.
+        conn.held = True
         for index in range(count):
             upstream = self._upstream(conn, index)
             if upstream is None:
@@ -460,7 +462,11 @@ class Router:
                     return raw
             return replies[index] or _gone(index)
 
-        self._everyone(conn, b" ".join(args) + CRLF, ONE, _quiet(command, args), combine)
+        quiet = _quiet(command, args)
+        # Sent without its ``noreply``: each worker's answer says it ran (the client's next
+        # request waits for that), and the client is sent nothing.
+        sent = args[:-1] if quiet else args
+        self._everyone(conn, b" ".join(sent) + CRLF, ONE, quiet, combine)
 
     def _shutdown(self, conn: Any, command: Command, args: list[bytes]) -> None:
         """The supervisor stops every worker, once the owners answered what this client

@@ -216,6 +216,15 @@ def test_flush_all_empties_the_queues_of_every_worker(box, names):
     assert [conn.get(name) for name in names] == [None, None]
 
 
+def test_flush_all_noreply_runs_on_every_worker_before_the_next_request(box, names):
+    conn = _conn(box)
+    for name in names:
+        conn.set(name, b"x")
+    conn.send("flush_all noreply\r\nversion\r\n")
+    assert conn.line().startswith(b"VERSION")  # nothing was sent for the flush_all
+    assert [conn.get(name) for name in names] == [None, None]
+
+
 def test_dump_stats_lists_the_queues_of_every_worker(box, names):
     conn = _conn(box)
     for name in names:
