@@ -383,6 +383,31 @@ def test_max_queues_counts_the_queues_of_the_whole_box(make_server):
     assert _until(lambda: conn.set(other, b"x") == b"STORED")
 
 
+def test_an_authenticated_user_s_roles_hold_on_queues_of_every_worker(make_server, names, tmp_path):
+    from kestreld.security import hash_password
+
+    users = tmp_path / "users"
+    hashed = hash_password("r", log2_n=4)
+    users.write_text(f"alice:{hash_password('a', log2_n=4)}\nreader:{hashed}:read\n")
+    box = make_server(config=f'auth_file = "{users}"\n', args=["--workers", str(WORKERS)])
+
+    def login(name: str, password: str) -> Conn:
+        conn = _conn(box)
+        token = f"{name} {password}".encode()
+        conn.send(b"set any 0 0 %d\r\n%s\r\n" % (len(token), token))
+        assert conn.line() == b"STORED"
+        return conn
+
+    alice, reader = login("alice", "a"), login("reader", "r")
+    for name in names:
+        assert alice.set(name, b"x") == b"STORED"
+        assert reader.set(name, b"y") == b"CLIENT_ERROR permission denied"
+        assert reader.get(name) == b"x"
+    unauthenticated = _conn(box)
+    unauthenticated.send(f"get {names[1]}\r\n")
+    assert unauthenticated.line() == b"CLIENT_ERROR unauthenticated"
+
+
 def test_a_declared_size_above_the_limit_is_refused_before_its_block_crosses(make_server, names):
     box = make_server(config='max_item_size = "1KiB"\n', args=["--workers", str(WORKERS)])
     conn = _conn(box)
