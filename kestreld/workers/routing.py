@@ -509,7 +509,11 @@ class RoutedConnection(MemcacheConnection):
 
     def eof_received(self) -> bool | None:
         keep = super().eof_received()
-        self.server.router.client_finished(self)
+        if not self.framing.holds_input() and not self.held:
+            # Nothing of the client's is left to run: a wait at an owner ends now.  (With
+            # requests still buffered, they are sent on first; the owners' connections
+            # then close with the client's.)
+            self.server.router.client_finished(self)
         return keep
 
 
