@@ -286,7 +286,7 @@ class Server:
         if self.authenticator is None:
             conn = self.memcache_connection(self, self.commands, UNKNOWN)
         else:  # nothing runs until it authenticates (kestreld/frontends/memcache/auth.py)
-            conn = MemcacheConnection(self, LOCKED, LOCKED_UNKNOWN)
+            conn = self.memcache_connection(self, LOCKED, LOCKED_UNKNOWN)
         return self._secured(conn)
 
     def _secured(self, conn: asyncio.Protocol) -> asyncio.Protocol:

@@ -25,6 +25,7 @@ cdef class QueueCollection:
     cdef public set _unsettled
     cdef public object owns
     cdef public object elsewhere
+    cdef public object box_queues
 
     @cython.locals(queue=JournaledQueue)
     cpdef JournaledQueue queue(self, object name, bint create)

@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from typing import Any
 
 import structlog
 
@@ -76,6 +77,7 @@ class QueueCollection:
         "_unsettled",
         "owns",
         "elsewhere",
+        "box_queues",
     )
 
     def __init__(
@@ -112,6 +114,9 @@ class QueueCollection:
         #: error queue, expire_to_queue): (name, data, expire_time, error_count) -> the
         #: batch resolved once that worker has the item (set by relay_puts_to).
         self.elsewhere: Callable[..., Batch] | None = None
+        #: With ``workers = N``: ``max_queues`` counts the box's queues, not this worker's
+        #: (kestreld/workers/queue_budget.py: ``admit(mine, limit) -> bool``).
+        self.box_queues: Any = None
 
     # --- start-up -----------------------------------------------------------------------
 
@@ -179,6 +184,8 @@ class QueueCollection:
                 alias.reconfigure(destinations)
                 log.info("alias_reconfigured", alias=name, destinations=",".join(destinations))
         masked = config.masked_queues()
+        if self.owns is not None:  # with workers = N: said once, by each masked queue's owner
+            masked = [name for name in masked if self.owns(name)]
         if masked:
             log.warning("queues_masked_by_aliases", queues=",".join(masked))
 
@@ -197,8 +204,12 @@ class QueueCollection:
             if self.owns is not None and not self.owns(name):
                 raise NotOwned(name)
             limit = self.config.max_queues
-            if limit is not None and len(self.queues) >= limit and not self._configured(name):
-                raise TooManyQueues(name, limit)
+            if limit is not None and not self._configured(name):
+                if self.box_queues is None:
+                    if len(self.queues) >= limit:
+                        raise TooManyQueues(name, limit)
+                elif not self.box_queues.admit(len(self.queues), limit):
+                    raise TooManyQueues(name, limit)
             queue = JournaledQueue(
                 name, self.config, executor=self.executor, tick=self.tick, handles=self.handles
             )
@@ -265,6 +276,9 @@ class QueueCollection:
         self, name: str, data: bytes, expire_time: int, now: int, error_count: int
     ) -> Batch | None:
         if self.owns is not None and not self.owns(name):
+            # Judged here as the owner would (an alias's puts are refused before any crosses).
+            if len(data) > self.config.queue(name).max_item_size:
+                raise QueueFull(f"{name}: item larger than max_item_size")
             return self._put_elsewhere(name, data, expire_time, error_count)
         queue = self.queue(name, create=True)
         if queue is None:  # an alias's destination masked by an alias: refused at config load

@@ -9,13 +9,20 @@ requests (routing.py).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from kestreld.workers.channel import ChannelCount, channel_path, serve_channel
+from kestreld.workers.channel import (
+    ChannelCount,
+    channel_commands,
+    channel_path,
+    serve_channel,
+)
 from kestreld.workers.ownership import Ownership
+from kestreld.workers.queue_budget import BoxQueueCount
 from kestreld.workers.routing import Router
 
 
@@ -35,6 +42,11 @@ class WorkerRole:
     channel_count: ChannelCount = field(default_factory=ChannelCount)
     channel: Any = None
     router: Router | None = None
+    box_queues: BoxQueueCount | None = None
+    publishing: asyncio.Task | None = None
+
+    #: How often a worker writes its queue count for the box's ``max_queues``.
+    PUBLISH_INTERVAL = 1.0
 
     def __post_init__(self) -> None:
         self.ownership = Ownership(self.index, self.count)
@@ -46,12 +58,27 @@ class WorkerRole:
 
     async def attach(self, server: Any) -> Router:
         """Serve this worker's channel and route ``server``'s memcache requests."""
-        self.channel = await serve_channel(
-            server, channel_path(self.folder, self.index), self.channel_count
-        )
         self.router = Router(server, self.ownership, self.folder)
+        self.channel = await serve_channel(
+            server,
+            channel_path(self.folder, self.index),
+            self.channel_count,
+            channel_commands(self.router),
+        )
         server.queues.relay_puts_to(self.router.put_elsewhere)
+        # Always (a reload may set max_queues): one small file, one write a second.
+        self.box_queues = BoxQueueCount(self.folder, self.index, self.count)
+        server.queues.box_queues = self.box_queues
+        self.publishing = asyncio.get_running_loop().create_task(self._publish(server))
         return self.router
+
+    async def _publish(self, server: Any) -> None:
+        """This worker's queue count, written now and every second: what it deleted or
+        expired frees the box's ``max_queues`` budget for every worker."""
+        assert self.box_queues is not None
+        while True:
+            self.box_queues.publish(len(server.queues.queues))
+            await asyncio.sleep(self.PUBLISH_INTERVAL)
 
     def announce_ready(self) -> None:
         if self.ready_fd >= 0:
@@ -72,6 +99,11 @@ class WorkerRole:
         return lines
 
     def close(self) -> None:
+        if self.publishing is not None:
+            self.publishing.cancel()
+        if self.box_queues is not None:
+            self.box_queues.close()
+            self.box_queues = None
         if self.channel is not None:
             self.channel.close()
         if self.router is not None:

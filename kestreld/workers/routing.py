@@ -27,9 +27,9 @@ import structlog
 from kestreld.frontends.memcache.commands import COMMANDS, parse_get, queue_name
 from kestreld.frontends.memcache.connection import MemcacheConnection
 from kestreld.frontends.memcache.framing import Command
-from kestreld.frontends.memcache.replies import server_error
+from kestreld.frontends.memcache.replies import NOT_STORED, STORED, server_error
 from kestreld.journal.batch import Batch
-from kestreld.session.reply import PendingReply, pending_confirm
+from kestreld.session.reply import PUT, PendingReply, pending_confirm
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.channel import channel_path
 from kestreld.workers.ownership import Ownership
@@ -39,6 +39,12 @@ log = structlog.get_logger("kestreld.workers")
 
 CRLF = b"\r\n"
 END = b"END\r\n"
+
+#: The end of a failed put's error when the owner answered NOT_STORED (queue full).
+REFUSED = "NOT_STORED"
+
+#: Where the sets to an alias run.
+ALIAS_WORKER = 0
 
 #: Requests a client connection may have sent to one owner and not had answered yet.
 MAX_IN_FLIGHT = 8
@@ -72,6 +78,8 @@ class Router:
         self.crossed = 0
         #: The class of this worker's client connections.
         self.connection_class = RoutedConnection
+        #: While a get runs here: the puts it sent to other workers (an abort's punts).
+        self.moves: list[Batch] | None = None
 
     # --- the table --------------------------------------------------------------------------
 
@@ -120,7 +128,9 @@ class Router:
         if queue_name(base) is None:
             return -1
         if self.server.config.aliases and base.decode() in self.server.config.aliases:
-            return -1  # an alias: its destinations are put to from here (see _set_block)
+            # An alias's sets are counted, and its destinations put to, on worker 0: the
+            # admin port (worker 0's) and dump_stats then show its counters whole.
+            return ALIAS_WORKER
         return self.ownership.owner(base)
 
     def _get(self, conn: Any, command: Command, args: list[bytes]) -> None:
@@ -174,7 +184,10 @@ class Router:
     def _run(self, conn: Any, command: Command, args: list[bytes], owner: int, shape: int) -> None:
         if owner < 0 or owner == self.index:
             self.local += 1
-            command_run(command, conn, args)
+            if shape == ONE and args[0].lower() in (b"get", b"gets"):
+                self.run_waiting_for_moves(command, conn, args)
+            else:
+                command_run(command, conn, args)
             return
         self.crossed += 1
         self.forward(conn, owner, b" ".join(args) + CRLF, _quiet(command, args), shape)
@@ -194,31 +207,122 @@ class Router:
         owner = self._owner(args[1])
         if owner < 0 or owner == self.index:
             self.local += 1
-            set_command.run(conn, args, data)
+            self.run_set(set_command, conn, args, data)
             return
         self.crossed += 1
+        quiet = _quiet(set_command, args)
+        aliases = self.server.config.aliases
+        if aliases and args[1].decode() in aliases:
+            self._set_alias_elsewhere(conn, owner, args[:-1] if quiet else args, data, quiet)
+            return
         request = b"".join((b" ".join(args), CRLF, data, CRLF))
-        self.forward(conn, owner, request, _quiet(set_command, args), ONE)
+        self.forward(conn, owner, request, quiet, ONE)
+
+    def _set_alias_elsewhere(
+        self, conn: Any, owner: int, args: list[bytes], data: bytes, quiet: bool
+    ) -> None:
+        """A set to an alias, run by another worker: this client's next requests wait for
+        its answer (``noreply`` too), as one server's gets wait for its sets: a get of a
+        destination right after it finds the item, wherever that destination lives."""
+        request = b"".join((b" ".join(args), CRLF, data, CRLF))
+        upstream = self._upstream(conn, owner)
+        if upstream is None:
+            if not quiet:
+                conn.out.append(_gone(owner))
+            return
+        if quiet:
+            upstream.request(request, ONE, lambda raw: conn.replies_ready())
+        else:
+            reply = self._hold(conn)
+            upstream.request(request, ONE, lambda raw: _answer(conn, reply, raw or _gone(owner)))
+        conn.held = True
+
+    def run_waiting_for_moves(self, command: Command, conn: Any, args: list[bytes]) -> None:
+        """Run a get here; an abort among its keys may punt items to queues other workers
+        own, and its reply is then sent only once every owner stored them: a get of the
+        error queue right after the abort finds the item (a punt leaves the source only
+        after the target has it)."""
+        moves: list[Batch] = []
+        self.moves = moves
+        mark = len(conn.out)
+        try:
+            command_run(command, conn, args)
+        finally:
+            self.moves = None
+        waiting = [batch for batch in moves if not batch.done]
+        if not waiting:
+            return
+        gate = pending_confirm(Batch(), None)  # holds what this get answered, empty itself
+        conn.out.insert(mark, gate)
+        conn.pending += 1
+        left = [len(waiting)]
+
+        def stored(batch: Batch) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                gate.ticket.resolve()
+                conn.replies_ready()
+
+        for batch in waiting:
+            batch.add_done_callback(stored)
+
+    def run_set(self, command: Command, conn: Any, args: list[bytes], data: bytes) -> None:
+        """Run a set here (a client's, or one another worker sent on)."""
+        mark = len(conn.out)
+        command.run(conn, args, data)
+        aliases = self.server.config.aliases
+        if aliases and len(conn.out) == mark + 1 and args[1].decode() in aliases:
+            self._refused_is_not_stored(conn)
+
+    @staticmethod
+    def _refused_is_not_stored(conn: Any) -> None:
+        """The held ``STORED`` of a set to an alias whose destinations live on other workers:
+        a destination's owner that refused it makes it ``NOT_STORED``, as a refusal here
+        does (the connection would render any failed put as a ``SERVER_ERROR``)."""
+        put = conn.out[-1]
+        if type(put) is bytes or put.kind != PUT:
+            return
+        reply = pending_confirm(Batch(), None)
+        conn.out[-1] = reply
+
+        def settled(batch: Batch) -> None:
+            error = batch.error
+            if error is None:
+                raw = STORED
+            elif error.endswith(REFUSED):
+                raw = NOT_STORED
+            else:
+                raw = server_error(error)
+            _answer(conn, reply, raw)
+
+        put.ticket.add_done_callback(settled)
 
     def put_elsewhere(self, name: str, data: bytes, expire_time: int, error_count: int) -> Batch:
         """A put of this worker's queue side (an alias's destination, an error queue,
-        expire_to_queue) to a queue another worker owns: the batch resolves once the owner
-        answered STORED, or fails with its answer.  (The item's error count starts again
-        at 0 there: the text protocol has no word for it.)"""
+        expire_to_queue) to a queue another worker owns, with the item's error count and
+        expiry (the channel's ``put_item``): the batch resolves once the owner answered
+        STORED, or fails with its answer."""
         owner = self.ownership.owner(name)
         batch = Batch()
+        if self.moves is not None:
+            self.moves.append(batch)
         upstream = self._upstream(self, owner)  # the queue side's own connection to it
         if upstream is None:
             batch.resolve(f"worker {owner} is not serving")
             return batch
-        exptime = 0 if expire_time <= 0 else max(1_000_000, expire_time // 1000)
         request = b"".join(
-            (b"set %s 0 %d %d\r\n" % (name.encode(), exptime, len(data)), data, CRLF)
+            (
+                b"put_item %s %d %d %d\r\n" % (name.encode(), error_count, expire_time, len(data)),
+                data,
+                CRLF,
+            )
         )
 
         def stored(raw: bytes | None) -> None:
-            if raw == b"STORED\r\n":
+            if raw == STORED:
                 batch.resolve()
+            elif raw == NOT_STORED:
+                batch.resolve(f"worker {owner}: {name} {REFUSED}")
             else:
                 said = raw.decode("ascii", "replace").strip() if raw else "no answer"
                 batch.resolve(f"worker {owner}: {said}")
@@ -308,13 +412,15 @@ class Router:
         def answered(index: int, raw: bytes | None) -> None:
             replies[index] = raw
             left[0] -= 1
-            if left[0] == 0 and reply is not None:
-                _answer(conn, reply, combine(replies))
+            if left[0] == 0:
+                if reply is not None:
+                    _answer(conn, reply, combine(replies))
+                else:
+                    conn.replies_ready()
 
-        if reply is not None:
-            # The connection's own gate (what its unacknowledged sets use): requests
-            # after this one wait until the reply is in; replies_ready lifts it.
-            conn.held = True
+        # The connection's own gate (what its unacknowledged sets use): requests after
+        # this one wait until every worker ran it (``noreply`` too); replies_ready lifts it.
+        conn.held = True
         for index in range(count):
             upstream = self._upstream(conn, index)
             if upstream is None:
@@ -356,7 +462,11 @@ class Router:
                     return raw
             return replies[index] or _gone(index)
 
-        self._everyone(conn, b" ".join(args) + CRLF, ONE, _quiet(command, args), combine)
+        quiet = _quiet(command, args)
+        # Sent without its ``noreply``: each worker's answer says it ran (the client's next
+        # request waits for that), and the client is sent nothing.
+        sent = args[:-1] if quiet else args
+        self._everyone(conn, b" ".join(sent) + CRLF, ONE, quiet, combine)
 
     def _shutdown(self, conn: Any, command: Command, args: list[bytes]) -> None:
         """The supervisor stops every worker, once the owners answered what this client
@@ -399,7 +509,11 @@ class RoutedConnection(MemcacheConnection):
 
     def eof_received(self) -> bool | None:
         keep = super().eof_received()
-        self.server.router.client_finished(self)
+        if not self.framing.holds_input() and not self.held:
+            # Nothing of the client's is left to run: a wait at an owner ends now.  (With
+            # requests still buffered, they are sent on first; the owners' connections
+            # then close with the client's.)
+            self.server.router.client_finished(self)
         return keep
 
 

@@ -34,6 +34,7 @@ import structlog
 from kestreld import __version__
 from kestreld.compiled import implementation
 from kestreld.config import ServerConfig
+from kestreld.security import AuthFileError, load_auth_file
 from kestreld.state import StartupError
 
 log = structlog.get_logger("kestreld.supervisor")
@@ -93,10 +94,12 @@ class Supervisor:
                 "set text_port and thrift_port to 0, or workers = 1"
             )
         if config.auth_file is not None:
-            raise StartupError(
-                "workers > 1 does not carry an authenticated identity between workers yet; "
-                "remove auth_file or set workers = 1"
-            )
+            # Read once here too: a bad file stops the box, rather than every worker
+            # failing to start and being retried.
+            try:
+                load_auth_file(config.auth_file)
+            except AuthFileError as e:
+                raise StartupError(str(e)) from None
         self.lock_fd = lock_queue_folder(config.queue_path)
         self.sockets["memcache"] = _bind(config.listen_address, config.port)
         runtime = os.environ.get("XDG_RUNTIME_DIR")

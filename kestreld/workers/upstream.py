@@ -98,7 +98,7 @@ class Upstream(asyncio.Protocol):
 
     def request(self, data: bytes, shape: int, answer: Answer | None) -> None:
         """Send a request; ``answer`` is called with its reply (None: ``noreply``)."""
-        if self.lost:
+        if self.lost or self.eof:  # after finish() nothing more may be written
             if answer is not None:
                 answer(None)
             return

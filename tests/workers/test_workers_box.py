@@ -79,8 +79,12 @@ def test_queues_land_on_both_workers(box, names):
     conn = _conn(box)
     for name in names:
         assert conn.set(name, b"x") == b"STORED"
-    created = {e["queue"]: e["worker"] for e in box.events("queue_created")}
-    assert created == {names[0]: 0, names[1]: 1}
+    expected = {names[0]: 0, names[1]: 1}
+
+    def created() -> dict[str, int]:  # each worker writes its own log lines: wait for both
+        return {e["queue"]: e["worker"] for e in box.events("queue_created")}
+
+    assert _until(lambda: created() == expected), created()
 
 
 def test_each_worker_loads_only_its_own_queues_after_a_restart(box, names):
@@ -216,6 +220,15 @@ def test_flush_all_empties_the_queues_of_every_worker(box, names):
     assert [conn.get(name) for name in names] == [None, None]
 
 
+def test_flush_all_noreply_runs_on_every_worker_before_the_next_request(box, names):
+    conn = _conn(box)
+    for name in names:
+        conn.set(name, b"x")
+    conn.send("flush_all noreply\r\nversion\r\n")
+    assert conn.line().startswith(b"VERSION")  # nothing was sent for the flush_all
+    assert [conn.get(name) for name in names] == [None, None]
+
+
 def test_dump_stats_lists_the_queues_of_every_worker(box, names):
     conn = _conn(box)
     for name in names:
@@ -298,6 +311,101 @@ def test_an_aborted_item_is_punted_to_an_error_queue_on_the_other_worker(make_se
     assert conn.line() == b"END"
     assert _until(lambda: conn.get(errors)) == b"bad"
     assert conn.get(source) is None  # it left the source once the error queue had it
+
+
+def test_a_set_to_an_alias_whose_destination_on_the_other_worker_is_full_is_not_stored(
+    make_server, names
+):
+    first, second = names
+    box = make_server(
+        config=(
+            f"[queues.{second}]\nmax_items = 1\n"
+            f'[aliases.both]\ndestination_queues = ["{first}", "{second}"]\n'
+        ),
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _conn(box)  # wherever it lands: the source is worker 0's, the target 1's
+    assert conn.set(second, b"first") == b"STORED"
+    assert conn.set("both", b"x") == b"NOT_STORED"
+    assert conn.get(first) == b"x"  # the other destination still got it (Kestrel's rule)
+
+
+def test_an_abort_that_punts_across_is_answered_once_the_target_has_the_item(make_server, names):
+    source, errors = names
+    box = make_server(
+        config=f'[queues.{source}]\npunt_error_to_queue = "{errors}"\n',
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _conn(box)  # wherever it lands: the source is worker 0's, the target 1's
+    conn.set(source, b"bad")
+    assert conn.get(f"{source}/open") == b"bad"
+    conn.send(f"get {source}/abort\r\n")
+    assert conn.line() == b"END"
+    assert conn.get(errors) == b"bad"  # no wait: the reply came after the owner stored it
+
+
+def test_an_item_punted_across_keeps_its_error_count(make_server, names):
+    source, errors = names
+    poison = _owned_by(0, "poison")
+    box = make_server(
+        config=(
+            f'[queues.{source}]\npunt_error_to_queue = "{errors}"\n'
+            f'[queues.{errors}]\npunt_many_errors_to_queue = "{poison}"\n'
+            "punt_many_errors_count = 2\n"
+        ),
+        args=["--workers", str(WORKERS)],
+    )
+    conn = _conn(box)
+    conn.set(source, b"bad")
+    for queue in (source, errors):  # its first abort on worker 0, its second on worker 1
+        assert conn.get(f"{queue}/open") == b"bad"
+        conn.send(f"get {queue}/abort\r\n")
+        assert conn.line() == b"END"
+    assert conn.get(poison) == b"bad"  # 2 errors: counted on both workers
+    assert conn.get(errors) is None
+
+
+def test_max_queues_counts_the_queues_of_the_whole_box(make_server):
+    box = make_server(config="max_queues = 3\n", args=["--workers", str(WORKERS)])
+    conn = _conn(box)
+    names = [_owned_by(0, "a"), _owned_by(1, "b"), _owned_by(0, "c")]
+    for name in names:
+        assert conn.set(name, b"x") == b"STORED"
+    for index in (0, 1):  # refused on either worker: the box holds three
+        name = _owned_by(index, "more")
+        assert conn.set(name, b"x") == (
+            f"SERVER_ERROR too many queues (max_queues = 3); {name} not created".encode()
+        )
+    conn.send(f"delete {names[1]}\r\n")
+    assert conn.line() == b"DELETED"
+    # A deleted queue frees the budget of every worker (each writes its count every second).
+    other = _owned_by(0, "more")
+    assert _until(lambda: conn.set(other, b"x") == b"STORED")
+
+
+def test_an_authenticated_user_s_roles_hold_on_queues_of_every_worker(make_server, names, tmp_path):
+    from kestreld.security import hash_password
+
+    users = tmp_path / "users"
+    hashed = hash_password("r", log2_n=4)
+    users.write_text(f"alice:{hash_password('a', log2_n=4)}\nreader:{hashed}:read\n")
+    box = make_server(config=f'auth_file = "{users}"\n', args=["--workers", str(WORKERS)])
+
+    def login(name: str, password: str) -> Conn:
+        conn = _conn(box)
+        token = f"{name} {password}".encode()
+        conn.send(b"set any 0 0 %d\r\n%s\r\n" % (len(token), token))
+        assert conn.line() == b"STORED"
+        return conn
+
+    alice, reader = login("alice", "a"), login("reader", "r")
+    for name in names:
+        assert alice.set(name, b"x") == b"STORED"
+        assert reader.set(name, b"y") == b"CLIENT_ERROR permission denied"
+        assert reader.get(name) == b"x"
+    unauthenticated = _conn(box)
+    unauthenticated.send(f"get {names[1]}\r\n")
+    assert unauthenticated.line() == b"CLIENT_ERROR unauthenticated"
 
 
 def test_a_declared_size_above_the_limit_is_refused_before_its_block_crosses(make_server, names):

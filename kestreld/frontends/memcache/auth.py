@@ -99,7 +99,7 @@ def _answer(quiet: bool, bad_token: bool) -> Callable[[MemcacheConnection, User 
 
     def answer(conn: MemcacheConnection, user: User | None) -> None:
         if user is not None:
-            conn.framing.use_table(table_for(user), commands.UNKNOWN)
+            conn.framing.use_table(table_for(user, conn.server.commands), commands.UNKNOWN)
             reply = STORED
         else:
             reply = BAD_TOKEN if bad_token else AUTH_FAILURE
@@ -158,20 +158,23 @@ NEEDS: dict[bytes, tuple[Role, str | None]] = {
     b"shutdown": (Role.ADMIN, None),
 }
 
-_TABLES: dict[User, dict[bytes, Command]] = {}
+_TABLES: dict[tuple[User, int], dict[bytes, Command]] = {}
 
 
-def table_for(user: User) -> dict[bytes, Command]:
-    """The command table of ``user``: the plain one when nothing is limited."""
+def table_for(user: User, base: dict[bytes, Command] = commands.COMMANDS) -> dict[bytes, Command]:
+    """The command table of ``user``: ``base`` (the server's table: with ``workers = N``
+    the routed one, so permissions are judged where the client landed, before a request
+    crosses) when nothing is limited, else its commands guarded."""
     if user.roles == ALL_ROLES and not user.patterns:
-        return commands.COMMANDS
-    table = _TABLES.get(user)
+        return base
+    key = (user, id(base))
+    table = _TABLES.get(key)
     if table is None:
         if len(_TABLES) >= 1000:
             _TABLES.clear()  # users of old auth files
-        table = _TABLES[user] = {
+        table = _TABLES[key] = {
             word: _guarded(command, *NEEDS[word]) if word in NEEDS else command
-            for word, command in commands.COMMANDS.items()
+            for word, command in base.items()
         }
     return table
 
