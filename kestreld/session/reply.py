@@ -69,10 +69,8 @@ class PendingReply:
         self.taken = item
 
     def done(self) -> bool:
-        """True once the ticket resolved, or its writes are stored ahead of an earlier
-        large write (a put's): the reply may be sent."""
-        ticket = self.ticket
-        return ticket.done or ticket.stored
+        """True once the ticket resolved: the reply may be sent."""
+        return self.ticket.done
 
     def settle(self) -> str | None:
         """The outcome of a done reply, once: None to send :attr:`parts`, else the error text."""
