@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from dataclasses import dataclass, field
@@ -201,6 +202,19 @@ class StatLinesCache:
 
     def render(self, queues: QueueCollection) -> list[bytes]:
         """The queues' and readers' stat lines, in ``stats`` order."""
+        # A render after every queue changed makes records per reader: tens of thousands of
+        # allocations, which start collections that walk the queues' objects (half the CPU
+        # of a 10,000-queue stats, profiled). Nothing made here forms a cycle, so reference
+        # counting frees all of it; the cyclic collector is paused for the render only.
+        if not gc.isenabled():
+            return self._render(queues)
+        gc.disable()
+        try:
+            return self._render(queues)
+        finally:
+            gc.enable()
+
+    def _render(self, queues: QueueCollection) -> list[bytes]:
         now_ms = int(time.time() * 1000)
         out: list[bytes] = []
         cached = self.lines
