@@ -98,3 +98,5 @@ cdef class Reader:
     cpdef _forward_expired(self, QueueItem item)
     @cython.locals(logsize=cython.longlong, segment=Segment, memory=BlockingQueue)
     cpdef str stat_lines(self, str prefix)
+    @cython.locals(memory=BlockingQueue, segments=list, count=Py_ssize_t)
+    cpdef tuple stat_figures(self)

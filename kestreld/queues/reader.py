@@ -638,6 +638,41 @@ class Reader:
             f"{prefix}punted_items {self.punted_items}\r\n"
         )
 
+    def stat_figures(self) -> tuple:
+        """What :meth:`stat_lines` is made of, read without building it: equal figures,
+        equal lines.  Compiled: a ``stats`` of thousands of idle queues compares these.
+
+        The journal's part is its rotations, segment count and newest segment's size: only
+        the newest segment grows or is cut back, so they change whenever ``logsize`` does.
+        """
+        memory = self.memory
+        journal = self.journal
+        if journal is None:
+            rotations = count = newest = 0
+        else:
+            segments = journal.segments
+            rotations, count = journal.rotations, len(segments)
+            newest = segments[-1].size if count else 0
+        return (
+            self.items,
+            self.bytes,
+            self.total_items,
+            self.expired_items,
+            len(memory),
+            self.mem_bytes,
+            self.age,
+            self.discarded,
+            memory.live_waiters() if memory.waiters else 0,
+            len(self.open_reads),
+            self.transactions,
+            self.canceled_transactions,
+            self.total_flushes,
+            self.punted_items,
+            rotations,
+            count,
+            newest,
+        )
+
     def stats(self) -> dict[str, int]:
         journal = self.journal
         return {
