@@ -40,14 +40,22 @@ def _stats(conn: Conn) -> dict[str, str]:
     return conn.stats()
 
 
-def _on_worker(server: KestreldProcess, index: int, tries: int = 200) -> Conn:
-    """A connection the given worker accepted (the kernel picks: try until it does)."""
-    for _ in range(tries):
-        conn = _conn(server)
-        if _stats(conn)["worker"] == str(index):
-            return conn
-        conn.close()
-    pytest.fail(f"no connection landed on worker {index} in {tries} tries")
+def _on_worker(server: KestreldProcess, index: int, rounds: int = 100) -> Conn:
+    """A connection the given worker accepted.  The kernel picks; connections opened
+    together are spread between the workers waiting in accept, so each round opens a
+    few at once and keeps the one that landed where wanted."""
+    for _ in range(rounds):
+        batch = [_conn(server) for _ in range(8)]
+        found = None
+        for conn in batch:
+            if found is None and _stats(conn)["worker"] == str(index):
+                found = conn
+            else:
+                conn.close()
+        if found is not None:
+            return found
+        time.sleep(0.01)
+    pytest.fail(f"no connection landed on worker {index} in {rounds} rounds of 8")
 
 
 def _until(predicate, timeout: float = 5.0, step: float = 0.02):
