@@ -17,8 +17,14 @@ cdef class Batch:
     cdef public object end_segment
     cdef public long long end_offset
     cdef public object payload
+    cdef public Batch behind
+    cdef public bint stored
+    cdef public list on_stored
 
     cpdef add_done_callback(self, object fn)
+    cpdef add_stored_callback(self, object fn)
+    @cython.locals(callbacks=list)
+    cpdef store(self)
 
     @cython.locals(callbacks=list, first=object, second=object)
     cpdef resolve(self, object error=*)

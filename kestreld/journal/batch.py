@@ -29,6 +29,9 @@ class Batch:
         "end_segment",
         "end_offset",
         "payload",
+        "behind",
+        "stored",
+        "on_stored",
     )
 
     def __init__(self) -> None:
@@ -44,6 +47,13 @@ class Batch:
         self.second: Callable[[Batch], None] | None = None
         self.callbacks: list[Callable[[Batch], None]] | None = None
         self.payload: object = None  # what the batch's owner keeps with it (a queue: its puts)
+        #: The batch whose large write was in flight when this one was made (None: none): this
+        #: one may be on disk (stored) before that one resolves, and resolves after it.
+        self.behind: Batch | None = None
+        #: On disk (and synced as sync_journal asks) but not resolved yet: its puts' replies
+        #: may go out, its items reach readers once the batches before it resolve.
+        self.stored = False
+        self.on_stored: list[Callable[[Batch], None]] | None = None
 
     def add_done_callback(self, fn: Callable[[Batch], None]) -> None:
         if self.done:
@@ -57,10 +67,31 @@ class Batch:
         else:
             self.callbacks.append(fn)
 
+    def add_stored_callback(self, fn: Callable[[Batch], None]) -> None:
+        """``fn(batch)`` once the batch is stored or resolved, whichever comes first."""
+        if self.done or self.stored:
+            fn(self)
+        elif self.on_stored is None:
+            self.on_stored = [fn]
+        else:
+            self.on_stored.append(fn)
+
+    def store(self) -> None:
+        """Its writes are safe, ahead of its resolution (see :attr:`stored`)."""
+        if self.done or self.stored:
+            return
+        self.stored = True
+        callbacks, self.on_stored = self.on_stored, None
+        if callbacks is not None:
+            for fn in callbacks:
+                fn(self)
+
     def resolve(self, error: str | None = None) -> None:
         if self.done:
             return
         self.done = True
+        self.on_stored = None  # the done callbacks say it now
+        self.behind = None  # resolved batches do not keep a chain of earlier ones alive
         self.error = error
         # Nothing is added once done (add_done_callback calls at once).
         first = self.first

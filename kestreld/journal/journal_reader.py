@@ -361,6 +361,8 @@ class JournalReader:
                     self._skip_damage(seg, problem)
                     continue
                 if not puts:
+                    if journal.holding(seg):
+                        break  # a large write is on its way into it: later ones wait
                     nxt = journal.following(seg)
                     if nxt is None:
                         # Caught up with the writer: back to memory-only mode.

@@ -7,13 +7,15 @@ takes milliseconds, and far longer when the kernel throttles a writer behind dir
 it.  A buffer of at least :data:`LARGE_WRITE_BYTES` is therefore handed to the executor
 (``os.writev`` releases the GIL), and the loop goes on reading and answering.
 
-The journal stays single-writer: while a large write is in flight the queue's later puts
-are buffered, and written after it completes (a file in id order cannot take them before:
-so that a queue's small puts are not always behind one large write or another, a large
-write that kept puts waiting asks the next large put to wait as long, see ``pace_until``) (a rotation, a shutdown or a failed fsync
-waits for it first).  Its puts are acknowledged as any tick's are - after the write,
-or after the fsync that covers it - and a crash in the middle leaves a torn last record,
-which recovery cuts.
+The journal stays single-writer per file and in id order: while a large write is in flight
+the queue's later puts start the next segment, written on the loop and acknowledged at once
+(their batch is *stored*: replies may go), but their batch resolves - its items reach the
+readers - only after the large one, so items keep journal order, and a read-behind waits at
+the segment being written (``WriterJournal.holding``).  At most one large batch is unresolved
+at a time, so a write can be in flight only in the newest two segments; start-up scans both
+and cuts a torn last record (a crash in the middle of the large write).  A rotation of the
+next segment, a shutdown or a failed fsync waits for the write first.  Behind a write of
+less than :data:`OVERTAKE_BYTES` later puts wait in the buffer instead.
 """
 
 from __future__ import annotations
@@ -28,19 +30,30 @@ from kestreld.journal.segment import Segment
 #: A tick's buffered records of at least this size are written off the event loop.
 LARGE_WRITE_BYTES = 512 * 1024
 
+#: While a write of at least this size is in flight, later puts start the next segment; behind
+#: a smaller one (a burst of small puts adding up, written in well under a millisecond) they
+#: wait, so that busy ticks do not each leave a segment of their own.
+OVERTAKE_BYTES = 2 * 1024 * 1024
+
 
 class LargeWrite:
     """One buffer of records being written by a worker thread to one segment."""
 
-    __slots__ = ("future", "segment", "end", "batch", "fd", "started")
+    __slots__ = ("future", "segment", "end", "batch", "fd", "started", "retire", "overtaken")
 
-    def __init__(self, future: Future, segment: Segment, end: int, batch: Batch, fd: int) -> None:
+    def __init__(
+        self, future: Future, segment: Segment, end: int, batch: Batch, fd: int, size: int
+    ) -> None:
         self.started = time.monotonic()
         self.future = future
         self.segment = segment
         self.end = end  # the segment's size once this write is done
         self.batch = batch  # its puts: acknowledged once written (and synced)
         self.fd = fd
+        #: The writer moved on to a new segment meanwhile: ``fd`` is retired once written.
+        self.retire = False
+        #: Puts that come meanwhile go to the next segment (see OVERTAKE_BYTES).
+        self.overtaken = size >= OVERTAKE_BYTES
 
     def wait(self) -> BaseException | None:
         """Block until the write is done; its error, if it failed."""

@@ -45,7 +45,10 @@ cdef class WriterJournal(Flushing):
     cdef public long long put_offset
     cdef public bint _fresh_segment
     cdef public object _large
-    cdef public double pace_until
+    cdef public Batch _ahead
+    cdef public list _deferred
+    cdef public list _early
+    cdef public list large_waiters
     cdef public object handles
     cdef public bint cached
     cdef public bint used
@@ -68,5 +71,5 @@ cdef class WriterJournal(Flushing):
     @cython.locals(seg=Segment)
     cpdef write_buffer(self)
 
-    @cython.locals(end=object, seg=Segment)
+    @cython.locals(end=object, seg=Segment, ahead=Batch, skip=object)
     cpdef _acknowledge(self, Batch batch)

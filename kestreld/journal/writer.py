@@ -43,8 +43,9 @@ ROTATE_CAP = 1 << 62
 #: A tick's buffer of at least this many bytes is written by a worker thread (large_write.py).
 LARGE_WRITE_BYTES = large_write.LARGE_WRITE_BYTES
 
-#: The longest a large put is deferred for other puts' sake (seconds).
-MAX_PACE = 0.1
+#: A put of at least this size is handed to a worker thread as it is made (later puts then
+#: overtake it): see large_write.py.
+OVERTAKE_BYTES = large_write.OVERTAKE_BYTES
 
 
 class JournalWriteError(Exception):
@@ -81,7 +82,10 @@ class WriterJournal(Flushing):
         "put_offset",
         "_fresh_segment",
         "_large",
-        "pace_until",
+        "_ahead",
+        "_deferred",
+        "_early",
+        "large_waiters",
         "handles",
         "cached",
         "used",
@@ -131,11 +135,17 @@ class WriterJournal(Flushing):
         self.put_offset = 0
         #: An fsync failed: the next put starts a new segment (see :meth:`_sync_failed`).
         self._fresh_segment = False
-        #: A buffer being written by a worker thread; later puts wait in ``_buf`` for it.
+        #: A buffer being written by a worker thread to its segment; later puts go to a new
+        #: segment, written on the loop meanwhile (see large_write.py).
         self._large: LargeWrite | None = None
-        #: A large write kept other puts waiting: a large put waits until this monotonic
-        #: time (the front end defers it) so the queue's small puts get their turn.
-        self.pace_until = 0.0
+        #: The large write's batch until it resolves (written, and synced as asked): batches
+        #: made meanwhile (``behind``) are stored when safe and resolve after it, in order.
+        self._ahead: Batch | None = None
+        self._deferred: list[Batch] = []  # stored behind ``_ahead``, oldest first
+        #: Batches written ahead of a large put of their tick, acknowledged with the tick.
+        self._early: list[Batch] = []
+        #: Called once no large write is in flight or buffered (see :meth:`large_busy`).
+        self.large_waiters: list[Callable[[], None]] = []
         #: The server's descriptor budget (kestreld/journal/handles.py); None: no budget.
         self.handles = handles
         self.cached = False  # held by the budget: some descriptor may be open
@@ -193,17 +203,21 @@ class WriterJournal(Flushing):
                 unlink_quietly(path)
                 continue
             self.segments.append(seg)
-        # The newest is scanned whole (its first id is needed for the ranges below).
-        if self.segments:
-            warnings += scan.recover_tail(self.segments[-1])
-        # Every segment but the newest: the first record gives the id range.
-        for seg in self.segments[:-1]:
+        # The newest is scanned whole (its first id is needed for the ranges below), and so
+        # is the one before: a large record may have been written to it by a worker thread
+        # while later puts went to the newest (a crash then leaves it torn).
+        recovered = self.segments[-2:]
+        for seg in recovered:
+            warnings += scan.recover_tail(seg)
+        older = self.segments[:-2]
+        # Every other segment: the first record gives the id range.
+        for seg in older:
             with open(seg.path, "rb") as f:
                 head = f.read(codec.MAGIC_SIZE + codec.PUT_EXPIRY_HEADER_SIZE)
             first = codec.first_put_id(head)
             # Something other than a PUT first (unknown records): scan for it.
             seg.starts_at(first if first is not None else self._first_id_slow(seg.path))
-        for i, seg in enumerate(self.segments[:-1]):
+        for i, seg in enumerate(older):
             nxt = next((s.first_id for s in self.segments[i + 1 :] if s.first_id), 0)
             if seg.first_id and nxt > seg.first_id:
                 items = nxt - seg.first_id
@@ -271,13 +285,36 @@ class WriterJournal(Flushing):
         length = len(header) + size
         segments = self.segments
         seg = segments[-1] if segments else None
+        large = self._large
         if (
             seg is None
             or (seg.size + length > self.max_journal_size and seg.size > MAGIC_SIZE)
             or self._fresh_segment
         ):
+            if large is not None and large.segment is not seg:
+                # At most the newest two segments may have a write in flight (recovery scans
+                # both): this one fills up while the large write goes on (rare).
+                self._wait_large()
             self._rotate()
             seg = self.segments[-1]
+        elif large is not None and large.segment is seg and large.overtaken:
+            # A worker thread is appending a large record to this segment: the puts that come
+            # meanwhile start the next one, written (and acknowledged) without waiting for it.
+            self._rotate()
+            seg = self.segments[-1]
+        overtaken = (
+            size >= OVERTAKE_BYTES
+            and self._large is None
+            and self._ahead is None
+            and self.executor is not None
+            and self._loop_running()
+        )
+        if overtaken and self._batch is not None:
+            # This tick's earlier puts are written now, a batch of their own (acknowledged
+            # with the tick): they do not wait for the large record's write.
+            self.write_buffer()
+            self._early.append(self._batch)
+            self._batch = None
         offset = seg.size
         self.next_id = id_ + 1
         buf = self._buf
@@ -288,6 +325,7 @@ class WriterJournal(Flushing):
         batch = self._batch
         if batch is None:
             batch = self._batch = Batch()
+            batch.behind = self._ahead
         batch.end_segment = seg
         batch.end_offset = offset + length
         if not self._flush_scheduled:
@@ -295,7 +333,27 @@ class WriterJournal(Flushing):
         self.put_id = id_
         self.put_segment = seg
         self.put_offset = offset
+        if overtaken:
+            # To the worker thread now: the puts that follow, in this tick too, start the
+            # next segment and do not wait for it.
+            self._batch = None
+            try:
+                self._write_large(batch)
+            except OSError as e:
+                self._write_failed(seg, e)
+                batch.resolve(f"journal write failed: {e.strerror}")
+                raise JournalWriteError(f"journal write failed: {e.strerror}") from e
         return batch
+
+    def _loop_running(self) -> bool:
+        """An event loop runs (a worker thread's write can report back to it)."""
+        if self._loop is not None:
+            return True
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
 
     def join(self, progress: ProgressLog) -> None:
         """A reader's confirms go out with this tick's write (and share its fsync)."""
@@ -350,7 +408,11 @@ class WriterJournal(Flushing):
         self.write_buffer()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            self.sync.retire(fd)
+            large = self._large
+            if large is not None and large.fd == fd:
+                large.retire = True  # retired once its write is done
+            else:
+                self.sync.retire(fd)
             self.rotations += 1
         stamp = now_ms()
         if self.segments and stamp <= self.segments[-1].stamp:
@@ -400,10 +462,11 @@ class WriterJournal(Flushing):
 
     def write_buffer(self) -> None:
         """Hand the buffered puts to the OS (one write); does not resolve batches."""
-        if self._large is not None:
-            self._wait_large()  # the file is appended to in order: the large write first
         if not self._buf:
             return
+        large = self._large
+        if large is not None and large.segment is self.segments[-1]:
+            self._wait_large()  # the file is appended to in order: the large write first
         if self._fd < 0:
             self._open_current()
         seg = self.segments[-1]
@@ -454,8 +517,19 @@ class WriterJournal(Flushing):
             if large.wait() is None:
                 large.segment.wrote_to(large.end)
             large.batch.resolve(error)
+            if large.retire:  # a segment before the current one: cut back likewise
+                large_seg = large.segment
+                try:
+                    os.ftruncate(large.fd, large_seg.visible)
+                    large_seg.cut_to(large_seg.visible)
+                except OSError:
+                    pass
+                self.sync.retire(large.fd)
         batch, self._batch = self._batch, None
         if batch is not None:
+            batch.resolve(error)
+        early, self._early = self._early, []
+        for batch in early:  # written ahead of a large put, after the failed fsync's start
             batch.resolve(error)
         lost = self._buf_size
         self._buf = []
@@ -477,6 +551,8 @@ class WriterJournal(Flushing):
         if seg is not None:
             self._fresh_segment = True
         log.warning("journal_segment_abandoned", queue=self.queue, bytes=lost, error=error)
+        # The batches stored behind a large one are safe (STORED was sent): they resolve.
+        self._ahead_resolved()
 
     def flush(self) -> None:
         """Write this tick's puts and confirms; acknowledge them now, or after one fsync."""
@@ -488,19 +564,31 @@ class WriterJournal(Flushing):
 
     def _write_tick(self) -> list[Batch]:
         """One write for the puts, one append per reader with confirms; the batches written."""
-        if self._batch is None and not self._progress:
+        if self._batch is None and not self._progress and not self._early:
             return []  # nothing this tick (a shutdown's sync of an idle queue)
         if not self.cached:
             self._admit()  # its descriptors may open now
         self.used = True
         if not self.changed:
             self.mark_changed()
-        written = []
+        written = self._early
+        if written:
+            self._early = []  # written in put(), ahead of a large put of the tick
+        else:
+            written = []
         batch = self._batch
-        # While a large write is in flight this tick's puts wait for it (_large_written).
-        if batch is not None and self._large is None:
+        large_buffer = self._buf_size >= LARGE_WRITE_BYTES and self.executor is not None
+        # While a large write is in flight, puts go to the next segment and are written now;
+        # another large buffer waits until the first large batch resolved (_ahead_resolved):
+        # at most one at a time, in the newest two segments (what recovery scans).
+        large = self._large
+        if (
+            batch is not None
+            and (large is None or large.segment is not self.segments[-1])
+            and (not large_buffer or (large is None and self._ahead is None))
+        ):
             self._batch = None
-            if self._buf_size >= LARGE_WRITE_BYTES and self.executor is not None:
+            if large_buffer:
                 try:
                     self._write_large(batch)
                 except JournalWriteError as e:
@@ -542,7 +630,8 @@ class WriterJournal(Flushing):
         self._buf = []
         self._buf_size = 0
         future = large_write.start(self.executor, self._fd, chunks, size)  # type: ignore[arg-type]
-        large = self._large = LargeWrite(future, seg, seg.size, batch, self._fd)
+        large = self._large = LargeWrite(future, seg, seg.size, batch, self._fd, size)
+        self._ahead = batch
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._large_written, large))
 
     def _large_written(self, large: LargeWrite) -> None:
@@ -558,36 +647,108 @@ class WriterJournal(Flushing):
 
     def _finish_large(self, error: BaseException | None) -> None:
         """The large write ended: its puts are written (acknowledged as a tick's are), or
-        failed with every put buffered behind it; the puts that waited go out next."""
+        failed, and with them every put buffered behind it in the same segment; the
+        batches stored meanwhile in the next segment resolve after it."""
         large, self._large = self._large, None
         assert large is not None
         seg = large.segment
-        if self._batch is not None:
-            # Puts waited behind it: as long again for the next large put (fair shares).
-            now = monotonic()
-            self.pace_until = now + min(now - large.started, MAX_PACE)
         if error is None:
             seg.wrote_to(large.end)
+            if large.retire:
+                self.sync.retire(large.fd)  # before the batch's fsync, which covers it
             if self.sync.written([large.batch]):
                 self._acknowledge(large.batch)
         else:
             if not isinstance(error, OSError):
                 error = OSError(0, str(error))
             large.batch.resolve(f"journal write failed: {error.strerror}")
-            self._write_failed(seg, error)
+            if large.retire:
+                # Later puts went to the next segment: only this one is cut back.
+                log.error(
+                    "journal_write_failed", queue=self.queue, path=seg.path, error=error.strerror
+                )
+                try:
+                    os.ftruncate(large.fd, seg.written)
+                except OSError:
+                    pass
+                seg.unbuffered()
+                self.sync.retire(large.fd)
+                self.sync.refuse_writes()
+            else:
+                self._write_failed(seg, error)
+            self._ahead_resolved()
         if self._batch is not None:
             self._schedule_flush()
+        elif self._ahead is None:
+            self._large_free()
+
+    def _ahead_resolved(self) -> None:
+        """The large batch resolved (or failed): the batches stored behind it resolve, in
+        order, and a large put waiting for its turn may go."""
+        self._ahead = None
+        deferred = self._deferred
+        if deferred:
+            self._deferred = []
+            for batch in deferred:
+                batch.resolve()
+        if self._batch is not None:
+            self._schedule_flush()  # a large buffer may have waited
+        self._large_free()
+
+    def _large_free(self) -> None:
+        """Wake the front ends waiting to hand over a large put (see :meth:`large_busy`)."""
+        waiters = self.large_waiters
+        if waiters and not self.large_busy():
+            self.large_waiters = []
+            # On the loop's next turn, not inside the writer's own bookkeeping.
+            call_soon = self._get_loop().call_soon
+            for fn in waiters:
+                call_soon(fn)
+
+    def large_busy(self) -> bool:
+        """A large write is in flight or buffered: a large put handed over now would wait
+        in the buffer, and small puts of its tick with it (a front end may hold it back
+        and ask to be called, through :attr:`large_waiters`, once this is False)."""
+        return self._ahead is not None or self._buf_size >= LARGE_WRITE_BYTES
+
+    def holding(self, seg: Segment) -> bool:
+        """``seg`` has puts not acknowledged yet while a large batch is unresolved: a
+        read-behind that reached its acknowledged end waits here rather than moving on
+        to a later segment (whose puts stored meanwhile are offered after it)."""
+        return self._ahead is not None and seg.visible < seg.size
 
     def _acknowledge(self, batch: Batch) -> None:
-        """The batch is safe: readers may now read it, then its waiters learn so."""
+        """The batch is safe: readers may now read it, then its waiters learn so.
+
+        A batch made behind an unresolved large batch (``behind``) is stored: its bytes
+        become readable and its puts' replies may go, but it resolves (its items reach
+        the readers) only after that batch, so that items keep journal order.
+        """
+        if batch.done:
+            return
+        ahead = batch.behind
+        if ahead is not None and ahead.done:
+            ahead = None
         end = batch.end_segment
-        if end is not None and not batch.done:
+        if end is not None:
+            # Behind the large batch, segments up to its own are not this batch's to open.
+            skip = ahead.end_segment if ahead is not None else None
             for seg in self.segments:
                 if seg is end:
                     seg.acknowledged(batch.end_offset)
                     break
+                if skip is not None:
+                    if seg is skip:
+                        skip = None
+                    continue
                 seg.acknowledged(seg.size)  # a batch spanning a rotation
+        if ahead is not None:
+            self._deferred.append(batch)
+            batch.store()
+            return
         batch.resolve()
+        if batch is self._ahead:
+            self._ahead_resolved()
 
     def sync_now(self) -> None:
         """Write and fsync everything on the calling thread, then acknowledge it (shutdown)."""
@@ -617,6 +778,7 @@ class WriterJournal(Flushing):
             return
         self.sync_now()
         self.closed = True
+        self._large_free()  # a held large put learns its queue is gone
         self.sync.close()
         if self._fd >= 0:
             _close(self._fd)
@@ -645,9 +807,15 @@ class WriterJournal(Flushing):
 
     def idle(self) -> bool:
         """Nothing in flight: no buffered put or confirm, no flush due, no fsync pending."""
-        if self._buf or self._batch is not None or self._flush_scheduled or self._progress:
+        if (
+            self._buf
+            or self._batch is not None
+            or self._flush_scheduled
+            or self._progress
+            or self._early
+        ):
             return False
-        if self._large is not None:
+        if self._large is not None or self._ahead is not None:
             return False  # a worker thread is writing to the segment's descriptor
         if not self.sync.idle():
             return False

@@ -21,6 +21,7 @@ cdef class PendingReply:
     cpdef undo_reopens(self, object read)
     cpdef undo_gives_back(self, object read)
     cpdef undo_returns(self, object item)
+    @cython.locals(ticket=Batch)
     cpdef bint done(self) except -1
     cpdef object settle(self)
     cpdef double started(self) except? -1

@@ -69,8 +69,10 @@ class PendingReply:
         self.taken = item
 
     def done(self) -> bool:
-        """True once the ticket resolved: the reply may be sent."""
-        return self.ticket.done
+        """True once the ticket resolved, or its writes are stored ahead of an earlier
+        large write (a put's): the reply may be sent."""
+        ticket = self.ticket
+        return ticket.done or ticket.stored
 
     def settle(self) -> str | None:
         """The outcome of a done reply, once: None to send :attr:`parts`, else the error text."""

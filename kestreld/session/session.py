@@ -302,6 +302,9 @@ class Session:
                         unacked = self.unacked = [b for b in unacked if not b.done]
             unacked.append(batch)
             batch.add_done_callback(self.ready)
+            if batch.behind is not None:
+                # Behind a large write: STORED may go out before the batch resolves.
+                batch.add_stored_callback(self.ready)
         if not want_reply:
             return None
         return pending_put(batch)

@@ -3,6 +3,7 @@
     python scripts/lab/fairness.py [--seconds 5] [--large 8388608] [--small 64]
                                    [--queue db_bench] [--flood-queue db_bench]
                                    [--flood-gets] [--config 'sync_journal = 0'] [--rounds 1]
+                                   [--db PATH/TO/darner/db] [--sets 30000]
 
 As Darner's ``bench/fairness.sh``: one connection sets ``--large`` items in a loop (no gets:
 the queue grows, past memory into the read-behind), while another sets ``--small`` items one
@@ -14,6 +15,10 @@ server's pace shows.  A third process sends ``version`` every millisecond: no qu
 journal, so its worst round trip is the longest the server's event loop was held (plus
 this machine's scheduling).
 
+``--db PATH``: Darner's own client instead, exactly as ``fairness.sh`` runs it: ``db -s N
+-g 0 -i 8388608`` (10 connections) floods ``db_bench`` while ``db -s --sets -g 0`` (10
+connections, 64 B) is timed; prints its requests per second and latency percentiles.
+
 Prints small sets/s, large sets/s, the small client's latency percentiles and the probe's
 worst round trip.
 """
@@ -24,6 +29,7 @@ import argparse
 import multiprocessing
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,6 +116,39 @@ def probe(port: int, start_at: float, stop_at: float, out) -> None:
     sock.close()
 
 
+def db_round(args: argparse.Namespace) -> str:
+    """fairness.sh with Darner's ``db``: the small client's summary lines."""
+    with tempfile.TemporaryDirectory(prefix="kestreld-fairness-") as tmp:
+        server = KestreldProcess(Path(tmp) / "queues", args.config or "")
+        server.start()
+        try:
+            port = str(server.port)
+            subprocess.run([args.db, "-p", port, "-s", "10000", "-g", "10000"], check=True,
+                           stdout=subprocess.DEVNULL)  # fairness.sh's warm-up  # fmt: skip
+            flood = subprocess.Popen(
+                [args.db, "-p", port, "-s", "1000000", "-g", "0", "-i", str(args.large)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                time.sleep(0.5)
+                out = subprocess.run(
+                    [args.db, "-p", port, "-s", str(args.sets), "-g", "0", "-i", str(args.small)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            finally:
+                flood.kill()
+                flood.wait()
+        finally:
+            server.stop()
+    keep = ("Requests per second", "50%", "99%", "100%")
+    return "  ".join(
+        " ".join(line.split()) for line in out.splitlines() if line.strip().startswith(keep)
+    )
+
+
 def one_round(args: argparse.Namespace) -> tuple[float, float, list[float], float]:
     with tempfile.TemporaryDirectory(prefix="kestreld-fairness-") as tmp:
         server = KestreldProcess(Path(tmp) / "queues", args.config or "")
@@ -155,7 +194,13 @@ def main() -> None:
     parser.add_argument("--flood-gets", action="store_true", help="get each large item back")
     parser.add_argument("--config", default="")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--db", help="Darner's client (bench/db.cpp), run as fairness.sh does")
+    parser.add_argument("--sets", type=int, default=30000, help="with --db: small sets timed")
     args = parser.parse_args()
+    if args.db:
+        for i in range(args.rounds):
+            print(f"round {i + 1}: db: {db_round(args)}", flush=True)
+        sys.exit(0)
     for i in range(args.rounds):
         rate, large_rate, lat, worst = one_round(args)
         lat.sort()

@@ -94,8 +94,8 @@ log = structlog.get_logger("kestreld.frontends")
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
 
-#: A set of at least this size may be deferred for its queue's small puts (see block()):
-#: the journal's large-write threshold (kestreld/journal/large_write.py).
+#: A set of at least this size waits while its queue has a large write under way (see
+#: block()): the journal's large-write threshold (kestreld/journal/large_write.py).
 PACED_BLOCK_BYTES = 512 * 1024
 
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
@@ -160,7 +160,7 @@ class Connection(Sink):
         self.fd = -1
         #: Bytes were handed to the transport, which may still hold some of them.
         self.spilled = False
-        #: A large set deferred while its queue gives small puts their turn (see block()).
+        #: A large set held back while its queue writes another large one (see block()).
         self.paced: tuple | None = None
         #: The transport's is_closing, bound once: a closing transport's descriptor may be
         #: closed already (and its number reused), so nothing is sent to it directly.
@@ -411,30 +411,41 @@ class Connection(Sink):
     def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
         """The data block of a kept request (``set``): it was accepted, so it always runs.
 
-        A large one may run a little later: when its queue's last large write kept other
-        puts waiting, it waits as long (``WriterJournal.pace_until``), and so does this
-        connection's input; the queue's small puts are written meanwhile.
+        A large one may run a little later: while its queue has a large write under way
+        (``WriterJournal.large_busy``) it waits for its turn, and so does this connection's
+        input, rather than waiting in the journal's buffer with the small puts that share
+        its tick; the queue's small puts are written meanwhile.
         """
         if len(data) >= PACED_BLOCK_BYTES:
-            delay = self._pace_delay()
-            if delay > 0:
+            journal = self._large_busy_journal()
+            if journal is not None:
                 self.paced = (command, args, data, quiet)
-                asyncio.get_running_loop().call_later(delay, self._paced_put)
+                journal.large_waiters.append(self._paced_put)
                 return STOP
         return self._run_block(command, args, data, quiet)
 
-    def _pace_delay(self) -> float:
-        """How long the large put to ``put_name`` should wait; 0 or less: none."""
+    def _large_busy_journal(self) -> Any:
+        """The journal of the queue of this set (``put_name``) when it is busy with a large
+        write, else None."""
         queue = self.session.queues.queues.get(self.put_name)
         if queue is None:
-            return 0.0
-        return queue.journal.pace_until - monotonic()
+            return None
+        journal = queue.journal
+        if journal is None or not journal.large_busy():
+            return None
+        return journal
 
     def _paced_put(self) -> None:
-        """The deferred large set runs now (never deferred twice), then what came after it."""
-        paced, self.paced = self.paced, None
+        """The held large set's turn: it runs now (or waits again if another large set took
+        the turn first), then what came after it."""
+        paced = self.paced
         if paced is None or self.closed:
             return
+        journal = self._large_busy_journal()
+        if journal is not None:
+            journal.large_waiters.append(self._paced_put)
+            return
+        self.paced = None
         command, args, data, quiet = paced
         self._run_block(command, args, data, quiet)
         self.flush_out()
@@ -582,6 +593,14 @@ class Connection(Sink):
                 out.clear()
                 self.out_size = 0
                 return
+            if self.out_size > OUTPUT_FLUSH_SIZE:
+                # An item's bytes are not joined into one more copy (milliseconds on the loop
+                # for a few MiB): the transport writes the parts as they are (writev).
+                parts = out[:]
+                out.clear()
+                self.out_size = 0
+                self._write_parts(parts)
+                return
             data = b"".join(out)
             out.clear()
             self.out_size = 0
@@ -622,12 +641,26 @@ class Connection(Sink):
             if COMPILED:
                 self.send_parts(ready)
                 return
+            if len(ready) > 2:  # an item (header, data, end) or more: maybe a large one
+                self._write_parts(ready)
+                return
             data = b"".join(ready)
         # The plain build writes through the transport, as it always did (send_parts and
         # send would be two more Python calls per flush, for nothing).
         if data:
             self.traffic.bytes_written += len(data)
             self.write_out(data)  # type: ignore[misc]
+
+    def _write_parts(self, parts: list[bytes]) -> None:
+        """The plain build's write of several parts: joined when small, else as they are."""
+        size = 0
+        for part in parts:
+            size += len(part)
+        self.traffic.bytes_written += size
+        if size > OUTPUT_FLUSH_SIZE:
+            self.transport.writelines(parts)  # type: ignore[union-attr]
+        elif size:
+            self.write_out(b"".join(parts))  # type: ignore[misc]
 
     def send_parts(self, parts: list[bytes]) -> None:
         """Send ``parts`` (reply bytes, in order) as one write: compiled, on a socket it may

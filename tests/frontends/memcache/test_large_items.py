@@ -134,6 +134,27 @@ def test_large_sets_beside_small_ones_on_one_queue_are_all_stored(make_server):
     assert got[-1] is None
 
 
+def test_kill_9_while_a_large_item_is_written_keeps_the_small_sets_stored_beside_it(make_server):
+    """Small sets that got STORED while a large record was being written (they went to the
+    next segment) survive a crash in the middle of it; the large item is whole or absent."""
+    srv = make_server()
+    big = Conn(srv.connect())
+    small = Conn(srv.connect())
+    item = _item(12, 16 * MiB - 1024)
+    big.send(b"set q 0 0 %d\r\n" % len(item) + item + b"\r\n")
+    stored = []
+    for i in range(200):
+        assert small.set("q", f"small {i}") == b"STORED"
+        stored.append(f"small {i}".encode())
+    srv.restart(crash=True)
+    c = Conn(srv.connect())
+    got = [c.get("q") for _ in range(len(stored) + 2)]
+    assert [g for g in got if g and g.startswith(b"small")] == stored
+    assert got.count(item) <= 1
+    assert all(g is None or g == item or g.startswith(b"small") for g in got), "nothing torn"
+    assert got[-1] is None
+
+
 def test_large_set_before_a_half_close_is_answered(make_server):
     srv = make_server()
     c = Conn(srv.connect())

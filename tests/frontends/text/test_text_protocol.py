@@ -49,6 +49,14 @@ def test_put_of_more_than_1024_items_is_refused_whole_and_the_stream_stays_in_st
     assert text.put(qname, "after") == b"+1"
 
 
+def test_put_of_more_than_64_mib_is_refused_whole_and_the_stream_stays_in_step(text, qname):
+    item = b"x" * (16 * 1024 * 1024 - 16)  # each item within max_item_size, five past 64 MiB
+    text.send(f"put {qname}:\n".encode() + (item + b"\n") * 5 + b"\n")
+    assert text.line() == b"-Too many bytes in one put (at most 67108864)."
+    assert text.ask(f"peek {qname}") == b"*"
+    assert text.put(qname, "after") == b"+1"
+
+
 def test_put_needs_a_queue_name_and_a_numeric_expiry(text, qname):
     text.send("put:\nitem\n\n")
     assert text.line() == b"-Queue name required."

@@ -1,0 +1,152 @@
+"""A large record written by a worker thread, and the puts that come meanwhile.
+
+The writer journal hands a buffer of at least ``LARGE_WRITE_BYTES`` to a worker thread;
+puts that arrive while one of at least ``OVERTAKE_BYTES`` is written start the next segment
+and are written on the loop:
+stored (their replies may go) before the large batch, resolved (their items offered to
+readers) after it.  The worker here is held busy by a gate, so "meanwhile" lasts as long
+as the test wants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from kestreld.journal import codec
+from kestreld.journal.large_write import LARGE_WRITE_BYTES, OVERTAKE_BYTES
+from kestreld.journal.writer import WriterJournal
+
+MiB = 1024 * 1024
+
+
+def _writer(folder: str, executor: ThreadPoolExecutor, sync_journal: int | None = None):
+    w = WriterJournal(
+        folder, "q", max_journal_size=64 * MiB, sync_journal=sync_journal, executor=executor
+    )
+    w.open([])
+    return w
+
+
+async def _until(condition, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.005)):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition not met in time")
+
+
+def _run_with_busy_worker(tmp_path, sync_journal, scenario):
+    """Run ``scenario(writer, gate)`` on an event loop; the worker waits for ``gate``."""
+    gate = threading.Event()
+    with ThreadPoolExecutor(1) as executor:
+        executor.submit(gate.wait)
+        w = _writer(str(tmp_path), executor, sync_journal)
+        try:
+            asyncio.run(scenario(w, gate))
+        finally:
+            gate.set()
+            w.close()
+
+
+def test_puts_behind_a_large_write_are_stored_first_and_resolve_after_it(tmp_path):
+    order = []
+
+    async def scenario(w, gate):
+        large = w.put(1, b"L" * OVERTAKE_BYTES)
+        large.add_done_callback(lambda b: order.append("large"))
+        await asyncio.sleep(0.01)  # flushed: handed to the (busy) worker thread
+        small = w.put(2, b"small")
+        small.add_done_callback(lambda b: order.append("small"))
+        await _until(lambda: small.stored)
+        assert not small.done and not large.done  # items wait for the large one
+        gate.set()
+        await _until(lambda: small.done)
+        assert large.error is None and small.error is None
+
+    _run_with_busy_worker(tmp_path, None, scenario)
+    assert order == ["large", "small"]
+
+
+def test_puts_behind_a_large_write_go_to_the_next_segment_in_id_order(tmp_path):
+    async def scenario(w, gate):
+        w.put(1, b"L" * OVERTAKE_BYTES)
+        await asyncio.sleep(0.01)
+        smalls = [w.put(2, b"small %d" % i) for i in range(3)]
+        await _until(lambda: all(b.stored for b in smalls))
+        assert len(w.segments) == 2
+        gate.set()
+        await _until(lambda: all(b.done for b in smalls))
+
+    _run_with_busy_worker(tmp_path, None, scenario)
+    names = sorted(os.listdir(tmp_path), key=lambda n: int(n.rsplit(".", 1)[1]))
+    ids = []
+    for name in names:
+        with open(tmp_path / name, "rb") as f:
+            decoded = codec.decode_file(f.read())
+        assert decoded.problem is None
+        ids.append([r.id for r in decoded.records if isinstance(r, codec.Put)])
+    assert ids == [[1], [2, 3, 4]]
+
+
+def test_with_sync_journal_0_puts_behind_a_large_write_are_stored_after_their_fsync(tmp_path):
+    async def scenario(w, gate):
+        large = w.put(1, b"L" * OVERTAKE_BYTES)
+        await asyncio.sleep(0.01)
+        small = w.put(2, b"small")
+        # One worker, held: the small batch's fsync waits behind the gate too.
+        await asyncio.sleep(0.05)
+        assert not small.stored
+        gate.set()
+        await _until(lambda: small.done)
+        assert large.done and large.error is None
+
+    _run_with_busy_worker(tmp_path, 0, scenario)
+
+
+def test_puts_behind_a_write_of_less_than_overtake_bytes_wait_in_its_segment(tmp_path):
+    async def scenario(w, gate):
+        burst = w.put(1, b"b" * LARGE_WRITE_BYTES)  # off the loop, but quick: no new segment
+        await asyncio.sleep(0.01)
+        small = w.put(2, b"small")
+        await asyncio.sleep(0.05)
+        assert not small.stored and not small.done and len(w.segments) == 1
+        gate.set()
+        await _until(lambda: small.done)
+        assert burst.error is None and small.error is None and len(w.segments) == 1
+
+    _run_with_busy_worker(tmp_path, None, scenario)
+
+
+def test_a_second_large_put_waits_for_the_first_large_batch(tmp_path):
+    async def scenario(w, gate):
+        first = w.put(1, b"A" * LARGE_WRITE_BYTES)
+        await asyncio.sleep(0.01)
+        assert w.large_busy()
+        second = w.put(2, b"B" * LARGE_WRITE_BYTES)
+        await asyncio.sleep(0.05)
+        assert not second.stored and not second.done  # buffered until the first resolves
+        gate.set()
+        await _until(lambda: second.done)
+        assert first.error is None and second.error is None and not w.large_busy()
+
+    _run_with_busy_worker(tmp_path, None, scenario)
+
+
+def test_a_large_record_torn_before_a_later_segment_is_cut_at_start_up(tmp_path):
+    """A crash while the worker wrote the large record, after puts went to the next segment."""
+    large = codec.encode_put(2, 1, b"L" * LARGE_WRITE_BYTES)
+    (tmp_path / "q.1000").write_bytes(
+        codec.WRITER_MAGIC + codec.encode_put(1, 1, b"first") + large[: len(large) // 2]
+    )
+    (tmp_path / "q.1001").write_bytes(codec.WRITER_MAGIC + codec.encode_put(3, 1, b"third"))
+    w = WriterJournal(str(tmp_path), "q", max_journal_size=64 * MiB, sync_journal=None)
+    warnings = w.open([(1000, str(tmp_path / "q.1000")), (1001, str(tmp_path / "q.1001"))])
+    assert any("torn record" in warning for warning in warnings)
+    older = w.segments[0]
+    assert (older.first_id, older.last_id, older.items) == (1, 1, 1)
+    assert os.path.getsize(tmp_path / "q.1000") == older.size
+    assert w.next_id == 4
+    w.close()
