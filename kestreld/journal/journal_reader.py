@@ -361,7 +361,7 @@ class JournalReader:
                     self._skip_damage(seg, problem)
                     continue
                 if not puts:
-                    if journal.holding(seg):
+                    if journal.large.holding(seg):
                         break  # a large write is on its way into it: later ones wait
                     nxt = journal.following(seg)
                     if nxt is None:

@@ -20,12 +20,19 @@ less than :data:`OVERTAKE_BYTES` later puts wait in the buffer instead.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
+from typing import Any
+
+import structlog
 
 from kestreld.journal.batch import Batch
 from kestreld.journal.segment import Segment
+
+log = structlog.get_logger("kestreld.journal")
 
 #: A tick's buffered records of at least this size are written off the event loop.
 LARGE_WRITE_BYTES = 512 * 1024
@@ -63,8 +70,191 @@ class LargeWrite:
             return e
         return None
 
+    def retire_when_done(self) -> None:
+        """The writer moved on to a new segment: ``fd`` is retired once written."""
+        self.retire = True
 
-def start(executor: Executor, fd: int, chunks: list[bytes], size: int) -> Future:
+
+class LargeWrites:
+    """One writer journal's large writes: the one in flight, its batch until it resolves
+    (``ahead``), the batches stored behind it, and the front ends waiting for their turn.
+
+    Pure Python: its verbs run once per large put (an 8 MiB item), not once per put; the
+    writer's per-put path only reads :attr:`write` and :attr:`ahead`.  It changes the
+    writer only through the writer's verbs (``take_buffer``, ``_acknowledge``, ...).
+    """
+
+    __slots__ = ("writer", "write", "ahead", "deferred", "waiters")
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer  # the WriterJournal owning this (compiled or not: Any)
+        #: A buffer being written by a worker thread to its segment; later puts go to a new
+        #: segment, written on the loop meanwhile.
+        self.write: LargeWrite | None = None
+        #: The large write's batch until it resolves (written, and synced as asked): batches
+        #: made meanwhile (``behind``) are stored when safe and resolve after it, in order.
+        self.ahead: Batch | None = None
+        self.deferred: list[Batch] = []  # stored behind ``ahead``, oldest first
+        #: Called once no large write is in flight or buffered (see :meth:`busy`).
+        self.waiters: list[Callable[[], None]] = []
+
+    def may_overtake(self) -> bool:
+        """A put may go to a worker thread as it is made (later puts then overtake it): no
+        large write is under way, and an event loop runs to hear back from the thread."""
+        if not self.idle() or self.writer.executor is None:
+            return False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def start(self, batch: Batch) -> str | None:
+        """Hand the writer's buffer to a worker thread; ``batch`` is acknowledged once it is
+        written.  None, or why it could not start (``batch`` failed with it)."""
+        writer = self.writer
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (offline tools): written here
+            writer.write_buffer()
+            if writer.sync.written([batch]):
+                writer._acknowledge(batch)
+            return None
+        try:
+            fd, seg, chunks, size = writer.take_buffer()
+        except OSError as e:  # the segment could not be opened
+            writer._write_failed(writer.segments[-1], e)
+            batch.resolve(f"journal write failed: {e.strerror}")
+            return f"journal write failed: {e.strerror}"
+        future = submit(writer.executor, fd, chunks, size)
+        large = self.write = LargeWrite(future, seg, seg.size, batch, fd, size)
+        self.ahead = batch
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.written, large))
+        return None
+
+    def written(self, large: LargeWrite) -> None:
+        """The worker thread is done (on the loop); nothing to do if a wait took it already."""
+        if self.write is large:
+            self.finish(large.wait())
+
+    def wait(self) -> None:
+        """Block until the large write in flight is done (a rotation, a shutdown)."""
+        large = self.write
+        if large is not None:
+            self.finish(large.wait())
+
+    def retire(self, fd: int) -> bool:
+        """The writer leaves ``fd``: True when the write in flight retires it once done."""
+        large = self.write
+        if large is None or large.fd != fd:
+            return False
+        large.retire_when_done()
+        return True
+
+    def finish(self, error: BaseException | None) -> None:
+        """The large write ended: its puts are written (acknowledged as a tick's are), or
+        failed, and with them every put buffered behind it in the same segment; the
+        batches stored meanwhile in the next segment resolve after it."""
+        large, self.write = self.write, None
+        assert large is not None
+        writer = self.writer
+        sync = writer.sync
+        seg = large.segment
+        if error is None:
+            seg.wrote_to(large.end)
+            if large.retire:
+                sync.retire(large.fd)  # before the batch's fsync, which covers it
+            if sync.written([large.batch]):
+                writer._acknowledge(large.batch)
+        else:
+            if not isinstance(error, OSError):
+                error = OSError(0, str(error))
+            large.batch.resolve(f"journal write failed: {error.strerror}")
+            if large.retire:
+                # Later puts went to the next segment: only this one is cut back.
+                log.error(
+                    "journal_write_failed", queue=writer.queue, path=seg.path, error=error.strerror
+                )
+                try:
+                    os.ftruncate(large.fd, seg.written)
+                except OSError:
+                    pass
+                seg.unbuffered()
+                sync.retire(large.fd)
+                sync.refuse_writes()
+            else:
+                writer._write_failed(seg, error)
+            self.ahead_resolved()
+        if not writer.flush_pending() and self.ahead is None:
+            self.free()
+
+    def abandon(self, error: str) -> None:
+        """An fsync failed: written or not, the large write lies behind what it could not
+        write, and fails too (its segment, when not the current one, is cut back)."""
+        large, self.write = self.write, None
+        if large is None:
+            return
+        seg = large.segment
+        if large.wait() is None:
+            seg.wrote_to(large.end)
+        large.batch.resolve(error)
+        if large.retire:  # a segment before the current one: cut back likewise
+            try:
+                os.ftruncate(large.fd, seg.visible)
+                seg.cut_to(seg.visible)
+            except OSError:
+                pass
+            self.writer.sync.retire(large.fd)
+
+    def ahead_resolved(self) -> None:
+        """The large batch resolved (or failed): the batches stored behind it resolve, in
+        order, and a large put waiting for its turn may go."""
+        self.ahead = None
+        deferred = self.deferred
+        if deferred:
+            self.deferred = []
+            for batch in deferred:
+                batch.resolve()
+        self.writer.flush_pending()  # a large buffer may have waited
+        self.free()
+
+    def defer(self, batch: Batch) -> None:
+        """``batch`` is stored behind the unresolved large batch: it resolves after it."""
+        self.deferred.append(batch)
+        batch.store()
+
+    def free(self) -> None:
+        """Wake the front ends waiting to hand over a large put (see :meth:`busy`)."""
+        waiters = self.waiters
+        if waiters and not self.busy():
+            self.waiters = []
+            # On the loop's next turn, not inside the writer's own bookkeeping.
+            call_soon = self.writer._get_loop().call_soon
+            for fn in waiters:
+                call_soon(fn)
+
+    def busy(self) -> bool:
+        """A large write is in flight or buffered: a large put handed over now would wait
+        in the buffer, and small puts of its tick with it (a front end may hold it back
+        and ask, with :meth:`call_when_free`, to be called once this is False)."""
+        return self.ahead is not None or self.writer.buffered >= LARGE_WRITE_BYTES
+
+    def call_when_free(self, fn: Callable[[], None]) -> None:
+        """``fn()`` on the loop once :meth:`busy` is False (or the journal closed)."""
+        self.waiters.append(fn)
+
+    def holding(self, seg: Segment) -> bool:
+        """``seg`` has puts not acknowledged yet while a large batch is unresolved: a
+        read-behind that reached its acknowledged end waits here rather than moving on
+        to a later segment (whose puts stored meanwhile are offered after it)."""
+        return self.ahead is not None and seg.visible < seg.size
+
+    def idle(self) -> bool:
+        """No worker thread writes to a descriptor of the journal, no batch waits on one."""
+        return self.write is None and self.ahead is None
+
+
+def submit(executor: Executor, fd: int, chunks: list[bytes], size: int) -> Future:
     """Write ``chunks`` (``size`` bytes) to ``fd`` on a worker thread."""
     return executor.submit(_write_all, fd, chunks, size)
 

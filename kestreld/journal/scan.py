@@ -1,8 +1,9 @@
 """What a journal's segments hold, read from their files at start-up.
 
-The writer journal recovers its newest segment's tail (:func:`recover_tail`) and each
-reader restored from a checkpoint asks what it has left (:func:`unread`).  Both read
-whole files once, before the server listens: nothing here runs per request.
+The writer journal recovers its newest segments' tails (:func:`recover_tail`) and learns
+the id ranges of the others (:func:`learn_ranges`); each reader restored from a checkpoint
+asks what it has left (:func:`unread`).  They read files once, before the server listens:
+nothing here runs per request.
 """
 
 from __future__ import annotations
@@ -14,6 +15,46 @@ from kestreld.journal.segment import Segment
 
 #: Start-up scans the segments past a reader's head whole up to this size (exact counts).
 EXACT_SCAN_BYTES = 64 * 1024 * 1024
+
+
+def learn_ranges(older: list[Segment], segments: list[Segment]) -> None:
+    """The id range of each segment of ``older`` (all of ``segments`` but the newest ones,
+    scanned whole): from its first record and the next segment's first id."""
+    for seg in older:
+        with open(seg.path, "rb") as f:
+            head = f.read(codec.MAGIC_SIZE + codec.PUT_EXPIRY_HEADER_SIZE)
+        first = codec.first_put_id(head)
+        # Something other than a PUT first (unknown records): scan for it.
+        seg.starts_at(first if first is not None else _first_id_slow(seg.path))
+    for i, seg in enumerate(older):
+        nxt = next((s.first_id for s in segments[i + 1 :] if s.first_id), 0)
+        if seg.first_id and nxt > seg.first_id:
+            items = nxt - seg.first_id
+            data_bytes = max(0, seg.size - codec.MAGIC_SIZE - codec.PUT_HEADER_SIZE * items)
+            seg.holds(seg.first_id, nxt - 1, items, data_bytes)
+        elif seg.first_id:
+            # No later segment holds a put (a crash right after a rotation
+            # leaves an empty newest one): only the segment itself knows.
+            _scan_range(seg)
+
+
+def _scan_range(seg: Segment) -> None:
+    """Learn a segment's id range by reading it whole (data skipped)."""
+    with open(seg.path, "rb") as f:
+        data = f.read()
+    res = codec.scan(data, codec.MAGIC_SIZE, include_data=False)
+    puts = [r for r in res.records if isinstance(r, codec.Put)]
+    if puts:
+        seg.holds(puts[0].id, max(p.id for p in puts), len(puts), sum(p.size for p in puts))
+
+
+def _first_id_slow(path: str) -> int:
+    with open(path, "rb") as f:
+        data = f.read(codec.MAGIC_SIZE + codec.PUT_EXPIRY_HEADER_SIZE + codec.MAX_DATA_SIZE)
+    for rec in codec.scan(data, codec.MAGIC_SIZE, include_data=False, limit=1).records:
+        if isinstance(rec, codec.Put):
+            return rec.id
+    return 0
 
 
 def recover_tail(seg: Segment) -> list[str]:

@@ -44,11 +44,8 @@ cdef class WriterJournal(Flushing):
     cdef public Segment put_segment
     cdef public long long put_offset
     cdef public bint _fresh_segment
-    cdef public object _large
-    cdef public Batch _ahead
-    cdef public list _deferred
+    cdef public object large
     cdef public list _early
-    cdef public list large_waiters
     cdef public object handles
     cdef public bint cached
     cdef public bint used

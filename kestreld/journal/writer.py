@@ -27,7 +27,7 @@ from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.fileio import write_chunks
 from kestreld.journal.files import segment_name, unlink_quietly
 from kestreld.journal.handles import HandleCache
-from kestreld.journal.large_write import LargeWrite
+from kestreld.journal.large_write import LargeWrites
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
 from kestreld.journal.segment import Segment, SegmentReader
@@ -81,11 +81,8 @@ class WriterJournal(Flushing):
         "put_segment",
         "put_offset",
         "_fresh_segment",
-        "_large",
-        "_ahead",
-        "_deferred",
+        "large",
         "_early",
-        "large_waiters",
         "handles",
         "cached",
         "used",
@@ -135,17 +132,11 @@ class WriterJournal(Flushing):
         self.put_offset = 0
         #: An fsync failed: the next put starts a new segment (see :meth:`_sync_failed`).
         self._fresh_segment = False
-        #: A buffer being written by a worker thread to its segment; later puts go to a new
-        #: segment, written on the loop meanwhile (see large_write.py).
-        self._large: LargeWrite | None = None
-        #: The large write's batch until it resolves (written, and synced as asked): batches
-        #: made meanwhile (``behind``) are stored when safe and resolve after it, in order.
-        self._ahead: Batch | None = None
-        self._deferred: list[Batch] = []  # stored behind ``_ahead``, oldest first
+        #: The large write in flight, the batches behind it, the front ends waiting for
+        #: their turn (large_write.py).
+        self.large = LargeWrites(self)
         #: Batches written ahead of a large put of their tick, acknowledged with the tick.
         self._early: list[Batch] = []
-        #: Called once no large write is in flight or buffered (see :meth:`large_busy`).
-        self.large_waiters: list[Callable[[], None]] = []
         #: The server's descriptor budget (kestreld/journal/handles.py); None: no budget.
         self.handles = handles
         self.cached = False  # held by the budget: some descriptor may be open
@@ -209,44 +200,10 @@ class WriterJournal(Flushing):
         recovered = self.segments[-2:]
         for seg in recovered:
             warnings += scan.recover_tail(seg)
-        older = self.segments[:-2]
-        # Every other segment: the first record gives the id range.
-        for seg in older:
-            with open(seg.path, "rb") as f:
-                head = f.read(codec.MAGIC_SIZE + codec.PUT_EXPIRY_HEADER_SIZE)
-            first = codec.first_put_id(head)
-            # Something other than a PUT first (unknown records): scan for it.
-            seg.starts_at(first if first is not None else self._first_id_slow(seg.path))
-        for i, seg in enumerate(older):
-            nxt = next((s.first_id for s in self.segments[i + 1 :] if s.first_id), 0)
-            if seg.first_id and nxt > seg.first_id:
-                items = nxt - seg.first_id
-                data_bytes = max(0, seg.size - codec.MAGIC_SIZE - codec.PUT_HEADER_SIZE * items)
-                seg.holds(seg.first_id, nxt - 1, items, data_bytes)
-            elif seg.first_id:
-                # No later segment holds a put (a crash right after a rotation
-                # leaves an empty newest one): only the segment itself knows.
-                self._scan_range(seg)
+        scan.learn_ranges(self.segments[:-2], self.segments)
         last = max((s.last_id for s in self.segments), default=0)
         self.next_id = max(last + 1, min_next_id, 1)
         return warnings
-
-    def _scan_range(self, seg: Segment) -> None:
-        """Learn a segment's id range by reading it whole (data skipped)."""
-        with open(seg.path, "rb") as f:
-            data = f.read()
-        res = codec.scan(data, codec.MAGIC_SIZE, include_data=False)
-        puts = [r for r in res.records if isinstance(r, codec.Put)]
-        if puts:
-            seg.holds(puts[0].id, max(p.id for p in puts), len(puts), sum(p.size for p in puts))
-
-    def _first_id_slow(self, path: str) -> int:
-        with open(path, "rb") as f:
-            data = f.read(codec.MAGIC_SIZE + codec.PUT_EXPIRY_HEADER_SIZE + codec.MAX_DATA_SIZE)
-        for rec in codec.scan(data, codec.MAGIC_SIZE, include_data=False, limit=1).records:
-            if isinstance(rec, codec.Put):
-                return rec.id
-        return 0
 
     # --- writing ----------------------------------------------------------------------
 
@@ -285,7 +242,7 @@ class WriterJournal(Flushing):
         length = len(header) + size
         segments = self.segments
         seg = segments[-1] if segments else None
-        large = self._large
+        large = self.large.write
         if (
             seg is None
             or (seg.size + length > self.max_journal_size and seg.size > MAGIC_SIZE)
@@ -294,7 +251,7 @@ class WriterJournal(Flushing):
             if large is not None and large.segment is not seg:
                 # At most the newest two segments may have a write in flight (recovery scans
                 # both): this one fills up while the large write goes on (rare).
-                self._wait_large()
+                self.large.wait()
             self._rotate()
             seg = self.segments[-1]
         elif large is not None and large.segment is seg and large.overtaken:
@@ -302,13 +259,7 @@ class WriterJournal(Flushing):
             # meanwhile start the next one, written (and acknowledged) without waiting for it.
             self._rotate()
             seg = self.segments[-1]
-        overtaken = (
-            size >= OVERTAKE_BYTES
-            and self._large is None
-            and self._ahead is None
-            and self.executor is not None
-            and self._loop_running()
-        )
+        overtaken = size >= OVERTAKE_BYTES and self.large.may_overtake()
         if overtaken and self._batch is not None:
             # This tick's earlier puts are written now, a batch of their own (acknowledged
             # with the tick): they do not wait for the large record's write.
@@ -325,7 +276,7 @@ class WriterJournal(Flushing):
         batch = self._batch
         if batch is None:
             batch = self._batch = Batch()
-            batch.behind = self._ahead
+            batch.behind = self.large.ahead
         batch.end_segment = seg
         batch.end_offset = offset + length
         if not self._flush_scheduled:
@@ -337,23 +288,10 @@ class WriterJournal(Flushing):
             # To the worker thread now: the puts that follow, in this tick too, start the
             # next segment and do not wait for it.
             self._batch = None
-            try:
-                self._write_large(batch)
-            except OSError as e:
-                self._write_failed(seg, e)
-                batch.resolve(f"journal write failed: {e.strerror}")
-                raise JournalWriteError(f"journal write failed: {e.strerror}") from e
+            error = self.large.start(batch)
+            if error is not None:
+                raise JournalWriteError(error)
         return batch
-
-    def _loop_running(self) -> bool:
-        """An event loop runs (a worker thread's write can report back to it)."""
-        if self._loop is not None:
-            return True
-        try:
-            self._loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        return True
 
     def join(self, progress: ProgressLog) -> None:
         """A reader's confirms go out with this tick's write (and share its fsync)."""
@@ -408,10 +346,7 @@ class WriterJournal(Flushing):
         self.write_buffer()
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
-            large = self._large
-            if large is not None and large.fd == fd:
-                large.retire = True  # retired once its write is done
-            else:
+            if not self.large.retire(fd):  # else retired once the large write is done
                 self.sync.retire(fd)
             self.rotations += 1
         stamp = now_ms()
@@ -464,9 +399,9 @@ class WriterJournal(Flushing):
         """Hand the buffered puts to the OS (one write); does not resolve batches."""
         if not self._buf:
             return
-        large = self._large
+        large = self.large.write
         if large is not None and large.segment is self.segments[-1]:
-            self._wait_large()  # the file is appended to in order: the large write first
+            self.large.wait()  # the file is appended to in order: the large write first
         if self._fd < 0:
             self._open_current()
         seg = self.segments[-1]
@@ -511,20 +446,7 @@ class WriterJournal(Flushing):
         (the sync resolved those it held; the tick's buffer fails here), the file
         is cut back to its acknowledged end, and the next put starts a new segment.
         """
-        large, self._large = self._large, None
-        if large is not None:
-            # Written or not, it lies behind what the fsync could not write: it fails too.
-            if large.wait() is None:
-                large.segment.wrote_to(large.end)
-            large.batch.resolve(error)
-            if large.retire:  # a segment before the current one: cut back likewise
-                large_seg = large.segment
-                try:
-                    os.ftruncate(large.fd, large_seg.visible)
-                    large_seg.cut_to(large_seg.visible)
-                except OSError:
-                    pass
-                self.sync.retire(large.fd)
+        self.large.abandon(error)
         batch, self._batch = self._batch, None
         if batch is not None:
             batch.resolve(error)
@@ -552,7 +474,7 @@ class WriterJournal(Flushing):
             self._fresh_segment = True
         log.warning("journal_segment_abandoned", queue=self.queue, bytes=lost, error=error)
         # The batches stored behind a large one are safe (STORED was sent): they resolve.
-        self._ahead_resolved()
+        self.large.ahead_resolved()
 
     def flush(self) -> None:
         """Write this tick's puts and confirms; acknowledge them now, or after one fsync."""
@@ -571,31 +493,24 @@ class WriterJournal(Flushing):
         self.used = True
         if not self.changed:
             self.mark_changed()
-        written = self._early
-        if written:
-            self._early = []  # written in put(), ahead of a large put of the tick
-        else:
-            written = []
+        written, self._early = self._early, []  # _early: written in put(), see there
         batch = self._batch
         large_buffer = self._buf_size >= LARGE_WRITE_BYTES and self.executor is not None
         # While a large write is in flight, puts go to the next segment and are written now;
-        # another large buffer waits until the first large batch resolved (_ahead_resolved):
+        # another large buffer waits until the first large batch resolved (ahead_resolved):
         # at most one at a time, in the newest two segments (what recovery scans).
-        large = self._large
+        large = self.large.write
         if (
             batch is not None
             and (large is None or large.segment is not self.segments[-1])
-            and (not large_buffer or (large is None and self._ahead is None))
+            and (not large_buffer or self.large.idle())
         ):
             self._batch = None
             if large_buffer:
                 try:
-                    self._write_large(batch)
-                except JournalWriteError as e:
+                    self.large.start(batch)  # a failure fails the batch
+                except JournalWriteError as e:  # written here: no event loop runs
                     batch.resolve(str(e))
-                except OSError as e:
-                    self._write_failed(self.segments[-1], e)
-                    batch.resolve(f"journal write failed: {e.strerror}")
             else:
                 try:
                     self.write_buffer()
@@ -614,108 +529,27 @@ class WriterJournal(Flushing):
                     self.sync.new_file()
         return written
 
-    def _write_large(self, batch: Batch) -> None:
-        """Hand the buffer to a worker thread; ``batch`` is acknowledged once it is written."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (offline tools): written here
-            self.write_buffer()
-            if self.sync.written([batch]):
-                self._acknowledge(batch)
-            return
+    def take_buffer(self) -> tuple[int, Segment, list[bytes], int]:
+        """The buffered puts, handed over to be written elsewhere (a worker thread): the
+        current segment's descriptor, the segment, the chunks and their size."""
         if self._fd < 0:
             self._open_current()
-        seg = self.segments[-1]
         chunks, size = self._buf, self._buf_size
         self._buf = []
         self._buf_size = 0
-        future = large_write.start(self.executor, self._fd, chunks, size)  # type: ignore[arg-type]
-        large = self._large = LargeWrite(future, seg, seg.size, batch, self._fd, size)
-        self._ahead = batch
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._large_written, large))
+        return self._fd, self.segments[-1], chunks, size
 
-    def _large_written(self, large: LargeWrite) -> None:
-        """The worker thread is done (on the loop); nothing to do if a wait took it already."""
-        if self._large is large:
-            self._finish_large(large.wait())
+    @property
+    def buffered(self) -> int:
+        """Bytes of puts buffered this tick, not written yet."""
+        return self._buf_size
 
-    def _wait_large(self) -> None:
-        """Block until the large write in flight is done (a rotation, a shutdown)."""
-        large = self._large
-        if large is not None:
-            self._finish_large(large.wait())
-
-    def _finish_large(self, error: BaseException | None) -> None:
-        """The large write ended: its puts are written (acknowledged as a tick's are), or
-        failed, and with them every put buffered behind it in the same segment; the
-        batches stored meanwhile in the next segment resolve after it."""
-        large, self._large = self._large, None
-        assert large is not None
-        seg = large.segment
-        if error is None:
-            seg.wrote_to(large.end)
-            if large.retire:
-                self.sync.retire(large.fd)  # before the batch's fsync, which covers it
-            if self.sync.written([large.batch]):
-                self._acknowledge(large.batch)
-        else:
-            if not isinstance(error, OSError):
-                error = OSError(0, str(error))
-            large.batch.resolve(f"journal write failed: {error.strerror}")
-            if large.retire:
-                # Later puts went to the next segment: only this one is cut back.
-                log.error(
-                    "journal_write_failed", queue=self.queue, path=seg.path, error=error.strerror
-                )
-                try:
-                    os.ftruncate(large.fd, seg.written)
-                except OSError:
-                    pass
-                seg.unbuffered()
-                self.sync.retire(large.fd)
-                self.sync.refuse_writes()
-            else:
-                self._write_failed(seg, error)
-            self._ahead_resolved()
-        if self._batch is not None:
-            self._schedule_flush()
-        elif self._ahead is None:
-            self._large_free()
-
-    def _ahead_resolved(self) -> None:
-        """The large batch resolved (or failed): the batches stored behind it resolve, in
-        order, and a large put waiting for its turn may go."""
-        self._ahead = None
-        deferred = self._deferred
-        if deferred:
-            self._deferred = []
-            for batch in deferred:
-                batch.resolve()
-        if self._batch is not None:
-            self._schedule_flush()  # a large buffer may have waited
-        self._large_free()
-
-    def _large_free(self) -> None:
-        """Wake the front ends waiting to hand over a large put (see :meth:`large_busy`)."""
-        waiters = self.large_waiters
-        if waiters and not self.large_busy():
-            self.large_waiters = []
-            # On the loop's next turn, not inside the writer's own bookkeeping.
-            call_soon = self._get_loop().call_soon
-            for fn in waiters:
-                call_soon(fn)
-
-    def large_busy(self) -> bool:
-        """A large write is in flight or buffered: a large put handed over now would wait
-        in the buffer, and small puts of its tick with it (a front end may hold it back
-        and ask to be called, through :attr:`large_waiters`, once this is False)."""
-        return self._ahead is not None or self._buf_size >= LARGE_WRITE_BYTES
-
-    def holding(self, seg: Segment) -> bool:
-        """``seg`` has puts not acknowledged yet while a large batch is unresolved: a
-        read-behind that reached its acknowledged end waits here rather than moving on
-        to a later segment (whose puts stored meanwhile are offered after it)."""
-        return self._ahead is not None and seg.visible < seg.size
+    def flush_pending(self) -> bool:
+        """Puts of this tick wait (behind a large write): their flush is scheduled; True."""
+        if self._batch is None:
+            return False
+        self._schedule_flush()
+        return True
 
     def _acknowledge(self, batch: Batch) -> None:
         """The batch is safe: readers may now read it, then its waiters learn so.
@@ -743,17 +577,16 @@ class WriterJournal(Flushing):
                     continue
                 seg.acknowledged(seg.size)  # a batch spanning a rotation
         if ahead is not None:
-            self._deferred.append(batch)
-            batch.store()
+            self.large.defer(batch)
             return
         batch.resolve()
-        if batch is self._ahead:
-            self._ahead_resolved()
+        if batch is self.large.ahead:
+            self.large.ahead_resolved()
 
     def sync_now(self) -> None:
         """Write and fsync everything on the calling thread, then acknowledge it (shutdown)."""
         self._flush_scheduled = False
-        self._wait_large()
+        self.large.wait()
         self.sync.sync_now(self._write_tick())
 
     def write_now(self) -> list[Batch]:
@@ -778,7 +611,7 @@ class WriterJournal(Flushing):
             return
         self.sync_now()
         self.closed = True
-        self._large_free()  # a held large put learns its queue is gone
+        self.large.free()  # a held large put learns its queue is gone
         self.sync.close()
         if self._fd >= 0:
             _close(self._fd)
@@ -815,7 +648,7 @@ class WriterJournal(Flushing):
             or self._early
         ):
             return False
-        if self._large is not None or self._ahead is not None:
+        if not self.large.idle():
             return False  # a worker thread is writing to the segment's descriptor
         if not self.sync.idle():
             return False

@@ -124,13 +124,13 @@ def test_a_second_large_put_waits_for_the_first_large_batch(tmp_path):
     async def scenario(w, gate):
         first = w.put(1, b"A" * LARGE_WRITE_BYTES)
         await asyncio.sleep(0.01)
-        assert w.large_busy()
+        assert w.large.busy()
         second = w.put(2, b"B" * LARGE_WRITE_BYTES)
         await asyncio.sleep(0.05)
         assert not second.stored and not second.done  # buffered until the first resolves
         gate.set()
         await _until(lambda: second.done)
-        assert first.error is None and second.error is None and not w.large_busy()
+        assert first.error is None and second.error is None and not w.large.busy()
 
     _run_with_busy_worker(tmp_path, None, scenario)
 
