@@ -59,7 +59,7 @@ cdef class Connection(Sink):
     cdef public bint spilled
     cdef public object transport_closing
     cdef public BusyPoll poll
-    cdef public object paced
+    cdef public object held_put
 
     cpdef int request(self, Command command, list args, bint quiet) except? -1
     cpdef int block_header(self, Command command, list args, Py_ssize_t size, bint quiet) except? -1

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from kestreld.frontends.core.held_put import HELD_BLOCK_BYTES, HeldPut, hold
 from kestreld.frontends.memcache.codes import GO, KEEP, LATER, SKIP, STOP
 from kestreld.frontends.memcache.framing import Command, Framing, Sink
 from kestreld.frontends.memcache.replies import (
@@ -50,6 +51,8 @@ from kestreld.frontends.memcache.replies import (
     STORED,
     VALUE_END,
     server_error,
+    unsent,
+    write_parts,
 )
 from kestreld.journal.clock import monotonic
 from kestreld.loop.busy_poll import BusyPoll
@@ -94,9 +97,8 @@ log = structlog.get_logger("kestreld.frontends")
 #: Input held while a request waits, before reading from the socket pauses.
 INPUT_PAUSE_LIMIT = 1024 * 1024
 
-#: A set of at least this size waits while its queue has a large write under way (see
-#: block()): the journal's large-write threshold (kestreld/journal/large_write.py).
-PACED_BLOCK_BYTES = 512 * 1024
+#: A set of at least this size may be held back (see block()).
+PACED_BLOCK_BYTES = HELD_BLOCK_BYTES
 
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
 OUTPUT_FLUSH_SIZE = 256 * 1024
@@ -144,7 +146,7 @@ class Connection(Sink):
         "spilled",
         "transport_closing",
         "poll",
-        "paced",
+        "held_put",
     )
 
     def __init__(self, server: ServerState, table: dict[bytes, Command], unknown: Command) -> None:
@@ -161,7 +163,7 @@ class Connection(Sink):
         #: Bytes were handed to the transport, which may still hold some of them.
         self.spilled = False
         #: A large set held back while its queue writes another large one (see block()).
-        self.paced: tuple | None = None
+        self.held_put: HeldPut | None = None
         #: The transport's is_closing, bound once: a closing transport's descriptor may be
         #: closed already (and its number reused), so nothing is sent to it directly.
         self.transport_closing: Callable[[], bool] | None = None
@@ -295,7 +297,7 @@ class Connection(Sink):
             or self.write_paused
             or self.closing
             or self.out_size > OUTPUT_HOLD_LIMIT
-            or self.paced is not None
+            or self.held_put is not None
         )
 
     def _finish_if_eof(self) -> None:
@@ -409,47 +411,22 @@ class Connection(Sink):
         return KEEP if keep else SKIP
 
     def block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
-        """The data block of a kept request (``set``): it was accepted, so it always runs.
-
-        A large one may run a little later: while its queue has a large write under way
-        (``WriterJournal.large_busy``) it waits for its turn, and so does this connection's
-        input, rather than waiting in the journal's buffer with the small puts that share
-        its tick; the queue's small puts are written meanwhile.
-        """
+        """The data block of a kept request (``set``): it was accepted, so it always runs, a
+        large one perhaps a little later (kestreld/frontends/core/held_put.py)."""
         if len(data) >= PACED_BLOCK_BYTES:
-            journal = self._large_busy_journal()
-            if journal is not None:
-                self.paced = (command, args, data, quiet)
-                journal.large_waiters.append(self._paced_put)
+            held = hold(self.session, self.put_name, (command, args, data, quiet), self._turn)
+            if held is not None:
+                self.held_put = held
                 return STOP
         return self._run_block(command, args, data, quiet)
 
-    def _large_busy_journal(self) -> Any:
-        """The journal of the queue of this set (``put_name``) when it is busy with a large
-        write, else None."""
-        queue = self.session.queues.queues.get(self.put_name)
-        if queue is None:
-            return None
-        journal = queue.journal
-        if journal is None or not journal.large_busy():
-            return None
-        return journal
-
-    def _paced_put(self) -> None:
-        """The held large set's turn: it runs now (or waits again if another large set took
-        the turn first), then what came after it."""
-        paced = self.paced
-        if paced is None or self.closed:
-            return
-        journal = self._large_busy_journal()
-        if journal is not None:
-            journal.large_waiters.append(self._paced_put)
-            return
-        self.paced = None
-        command, args, data, quiet = paced
-        self._run_block(command, args, data, quiet)
-        self.flush_out()
-        self._continue()
+    def _turn(self, held: HeldPut) -> None:
+        """The held large set's turn: it runs, then what came after it."""
+        if self.held_put is held and not self.closed:
+            self.held_put = None
+            self._run_block(*held.request)
+            self.flush_out()
+            self._continue()
 
     def _run_block(self, command: Command, args: list[bytes], data: bytes, quiet: bool) -> int:
         try:
@@ -596,10 +573,9 @@ class Connection(Sink):
             if self.out_size > OUTPUT_FLUSH_SIZE:
                 # An item's bytes are not joined into one more copy (milliseconds on the loop
                 # for a few MiB): the transport writes the parts as they are (writev).
-                parts = out[:]
+                self.traffic.bytes_written += write_parts(self.transport, out, OUTPUT_FLUSH_SIZE)
                 out.clear()
                 self.out_size = 0
-                self._write_parts(parts)
                 return
             data = b"".join(out)
             out.clear()
@@ -642,7 +618,7 @@ class Connection(Sink):
                 self.send_parts(ready)
                 return
             if len(ready) > 2:  # an item (header, data, end) or more: maybe a large one
-                self._write_parts(ready)
+                self.traffic.bytes_written += write_parts(self.transport, ready, OUTPUT_FLUSH_SIZE)
                 return
             data = b"".join(ready)
         # The plain build writes through the transport, as it always did (send_parts and
@@ -650,17 +626,6 @@ class Connection(Sink):
         if data:
             self.traffic.bytes_written += len(data)
             self.write_out(data)  # type: ignore[misc]
-
-    def _write_parts(self, parts: list[bytes]) -> None:
-        """The plain build's write of several parts: joined when small, else as they are."""
-        size = 0
-        for part in parts:
-            size += len(part)
-        self.traffic.bytes_written += size
-        if size > OUTPUT_FLUSH_SIZE:
-            self.transport.writelines(parts)  # type: ignore[union-attr]
-        elif size:
-            self.write_out(b"".join(parts))  # type: ignore[misc]
 
     def send_parts(self, parts: list[bytes]) -> None:
         """Send ``parts`` (reply bytes, in order) as one write: compiled, on a socket it may
@@ -697,7 +662,7 @@ class Connection(Sink):
             self.spilled = True
             # What the socket did not take goes to the transport as it is: an item's bytes
             # are not joined into one copy (8 MiB copied twice on the loop, before).
-            self.transport.writelines(_unsent(parts, n))
+            self.transport.writelines(unsent(parts, n))
             return
         data = b"".join(parts)
         if data:
@@ -818,16 +783,3 @@ class MemcacheConnection(Connection, asyncio.Protocol):
     """One client connection as the event loop sees it: an ``asyncio.Protocol``."""
 
     __slots__ = ()
-
-
-def _unsent(parts: list[bytes], sent: int) -> list[bytes | memoryview]:
-    """``parts`` without their first ``sent`` bytes (the part cut in two: a view, no copy)."""
-    rest: list[bytes | memoryview] = []
-    for part in parts:
-        size = len(part)
-        if sent >= size:
-            sent -= size
-            continue
-        rest.append(memoryview(part)[sent:] if sent else part)
-        sent = 0
-    return rest
