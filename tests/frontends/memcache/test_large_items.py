@@ -134,6 +134,24 @@ def test_large_sets_beside_small_ones_on_one_queue_are_all_stored(make_server):
     assert got[-1] is None
 
 
+def test_large_sets_from_several_connections_at_once_are_all_stored_in_each_ones_order(
+    make_server,
+):
+    """While one connection's large item is written, the others' large sets are held back
+    (kestreld/frontends/core/held_put.py) and run on their turn: none is lost or torn."""
+    srv = make_server()
+    conns = [Conn(srv.connect()) for _ in range(3)]
+    items = {i: [_item(10 * i + k, 3 * MiB) for k in range(2)] for i in range(3)}
+    for i, c in enumerate(conns):
+        c.send(b"".join(b"set q 0 0 %d\r\n" % len(it) + it + b"\r\n" for it in items[i]))
+    for c in conns:
+        assert [c.line(), c.line()] == [b"STORED", b"STORED"]
+    got = [conns[0].get("q") for _ in range(7)]
+    assert got[-1] is None and sorted(got[:6]) == sorted(it for i in items for it in items[i])
+    for i in items:  # each connection's items come back in the order it sent them
+        assert got.index(items[i][0]) < got.index(items[i][1])
+
+
 def test_kill_9_while_a_large_item_is_written_keeps_the_small_sets_stored_beside_it(make_server):
     """Small sets that got STORED while a large record was being written (they went to the
     next segment) survive a crash in the middle of it; the large item is whole or absent."""
