@@ -11,7 +11,7 @@ The journal stays single-writer per file and in id order: while a large write is
 the queue's later puts start the next segment, written on the loop and acknowledged at once
 (their batch is *stored*: replies may go), but their batch resolves - its items reach the
 readers - only after the large one, so items keep journal order, and a read-behind waits at
-the segment being written (``WriterJournal.holding``).  At most one large batch is unresolved
+the segment being written (``LargeWrites.holding``).  At most one large batch is unresolved
 at a time, so a write can be in flight only in the newest two segments; start-up scans both
 and cuts a torn last record (a crash in the middle of the large write).  A rotation of the
 next segment, a shutdown or a failed fsync waits for the write first.  Behind a write of
