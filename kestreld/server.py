@@ -310,13 +310,13 @@ class Server:
         if config.text_port:
             from kestreld.frontends.text.connection import TextConnection
 
-            wanted.append(("text", config.text_port, lambda: self._secured(TextConnection(self))))
+            text = TextConnection if self.role is None else self.role.front_ends["text"]
+            wanted.append(("text", config.text_port, lambda: self._secured(text(self))))
         if config.thrift_port:
             from kestreld.frontends.thrift.connection import ThriftConnection
 
-            wanted.append(
-                ("thrift", config.thrift_port, lambda: self._secured(ThriftConnection(self)))
-            )
+            thrift = ThriftConnection if self.role is None else self.role.front_ends["thrift"]
+            wanted.append(("thrift", config.thrift_port, lambda: self._secured(thrift(self))))
         if config.port or not wanted:
             wanted.insert(0, ("memcache", config.port, self._connection))
         for kind, port, factory in wanted:

@@ -24,6 +24,7 @@ from kestreld.workers.channel import (
 from kestreld.workers.ownership import Ownership
 from kestreld.workers.queue_budget import BoxQueueCount
 from kestreld.workers.routing import Router
+from kestreld.workers.wire_channels import serve_wire_channels
 
 
 @dataclass(slots=True)
@@ -44,6 +45,9 @@ class WorkerRole:
     router: Router | None = None
     box_queues: BoxQueueCount | None = None
     publishing: asyncio.Task | None = None
+    #: The classes of this worker's text and thrift client connections, by front end.
+    front_ends: dict[str, type] = field(default_factory=dict)
+    wire_channels: list[asyncio.AbstractServer] = field(default_factory=list)
 
     #: How often a worker writes its queue count for the box's ``max_queues``.
     PUBLISH_INTERVAL = 1.0
@@ -57,13 +61,16 @@ class WorkerRole:
         return self.index == 0
 
     async def attach(self, server: Any) -> Router:
-        """Serve this worker's channel and route ``server``'s memcache requests."""
+        """Serve this worker's channels and route ``server``'s requests."""
         self.router = Router(server, self.ownership, self.folder)
         self.channel = await serve_channel(
             server,
             channel_path(self.folder, self.index),
             self.channel_count,
             channel_commands(self.router),
+        )
+        self.front_ends, self.wire_channels = await serve_wire_channels(
+            server, self.index, self.folder, self.channel_count
         )
         server.queues.relay_puts_to(self.router.put_elsewhere)
         # Always (a reload may set max_queues): one small file, one write a second.
@@ -106,5 +113,7 @@ class WorkerRole:
             self.box_queues = None
         if self.channel is not None:
             self.channel.close()
+        for channel in self.wire_channels:
+            channel.close()
         if self.router is not None:
             self.router.close()

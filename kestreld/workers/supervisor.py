@@ -88,11 +88,6 @@ class Supervisor:
         from kestreld.server import lock_queue_folder
 
         config = self.config
-        if config.text_port or config.thrift_port:
-            raise StartupError(
-                "workers > 1 serves the memcache port only for now; "
-                "set text_port and thrift_port to 0, or workers = 1"
-            )
         if config.auth_file is not None:
             # Read once here too: a bad file stops the box, rather than every worker
             # failing to start and being retried.
@@ -101,7 +96,13 @@ class Supervisor:
             except AuthFileError as e:
                 raise StartupError(str(e)) from None
         self.lock_fd = lock_queue_folder(config.queue_path)
-        self.sockets["memcache"] = _bind(config.listen_address, config.port)
+        # As one server: memcache's port 0 is off when another front end is on.
+        if config.port or not (config.text_port or config.thrift_port):
+            self.sockets["memcache"] = _bind(config.listen_address, config.port, "memcache")
+        if config.text_port:
+            self.sockets["text"] = _bind(config.listen_address, config.text_port, "text")
+        if config.thrift_port:
+            self.sockets["thrift"] = _bind(config.listen_address, config.thrift_port, "thrift")
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         if not runtime or not os.path.isdir(runtime):
             runtime = tempfile.gettempdir()
@@ -225,12 +226,14 @@ class Supervisor:
         if self.announced or not all(c.ready or c.failures for c in self.children):
             return
         self.announced = True
-        sock = self.sockets["memcache"].getsockname()
-        address = f"{sock[0]}:{sock[1]}"
+        addresses = {}
+        for kind, listener in self.sockets.items():
+            sock = listener.getsockname()
+            addresses[kind] = f"{sock[0]}:{sock[1]}"
         log.info(
             "listening",
-            address=address,
-            memcache=address,
+            address=next(iter(addresses.values())),  # memcache's, when it is on
+            **addresses,
             workers=self.count,
             workers_serving=sum(c.ready for c in self.children),
             config=os.path.abspath(self.config_path) if self.config_path else None,
@@ -361,14 +364,15 @@ def _remove_stale_folders(parent: str) -> None:
         shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
-def _bind(address: str, port: int) -> socket.socket:
-    """The listening socket every worker accepts on (raises StartupError)."""
+def _bind(address: str, port: int, kind: str) -> socket.socket:
+    """The listening socket of front end ``kind`` every worker accepts on (raises
+    StartupError)."""
     try:
         family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
         sock = socket.create_server((address, port), family=family, backlog=4096)
     except OSError as e:
         raise StartupError(
-            f"cannot listen on {address}:{port} (memcache): {e.strerror or e}"
+            f"cannot listen on {address}:{port} ({kind}): {e.strerror or e}"
         ) from None
     sock.setblocking(False)
     return sock

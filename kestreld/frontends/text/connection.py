@@ -24,8 +24,13 @@ from kestreld.session.fetch import BUSY, ITEM, LIMITED, REFUSED, Fetch
 from kestreld.state import ServerStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from kestreld.session.reply import PendingReply
     from kestreld.state import ServerState
+
+    #: A command's handler: (connection, arguments, a put's items).
+    Handler = Callable[["TextConnection", list[bytes], list[bytes] | None], Awaitable[None]]
 
 NO_ITEM = b"*\n"
 ZERO = b"+0\n"
@@ -94,7 +99,12 @@ class TextConnection(RequestConnection):
         if role is not None and not self.permitted(command, role, args):
             self.write(PERMISSION_DENIED)
             return
-        await handler(self, args, request.items)  # type: ignore[union-attr]
+        await self.run(request, handler)  # type: ignore[arg-type]
+
+    async def run(self, request: TextRequest, handler: Handler) -> None:
+        """Run a request this client may send (its auth and role judged) and answer it.
+        (A worker of ``workers = N`` sends one naming another worker's queue there.)"""
+        await handler(self, request.args, request.items)
 
     def permitted(self, command: bytes, role: Role, args: list[bytes]) -> bool:
         """May this client run ``command`` (which needs ``role``) with ``args``?"""

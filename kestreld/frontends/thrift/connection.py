@@ -186,6 +186,11 @@ class ThriftConnection(RequestConnection):
         except Exception as e:  # the walk passed; the codec may still refuse (bad UTF-8)
             self._answer_error(call, codec.PROTOCOL_ERROR, f"cannot decode arguments: {e}")
             return
+        await self.run_call(call, handler, args)
+
+    async def run_call(self, call: Call, handler: Any, args: Any) -> None:
+        """Run a decoded call of a known method here and answer it.  (A worker of
+        ``workers = N`` sends one naming another worker's queue there.)"""
         try:
             value = await handler(self, args)
         except CallError as e:
