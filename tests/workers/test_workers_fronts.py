@@ -4,6 +4,8 @@ connections and thrift clients."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import struct
 import time
@@ -189,6 +191,21 @@ def test_box_stats_count_text_clients_once_and_items_wherever_they_live(box, nam
     # the text client, the probes still open and this stats connection: never a channel
     assert int(stats["curr_connections"]) <= 3
     assert int(stats["worker_requests_crossed"]) >= 2
+
+
+def test_a_text_wait_at_an_owner_that_dies_is_answered_and_the_next_request_reaches_its_successor(
+    box, names
+):
+    _, theirs = names
+    here = _text_on(box, 0)
+    here.send(f"get {theirs} 10000\n")
+    time.sleep(0.2)
+    old = box.worker_pids()
+    os.kill(old[1], signal.SIGKILL)
+    assert here.line().startswith(b"-Worker 1 is not serving")
+    assert _until(lambda: box.worker_pids().get(1, old[1]) != old[1])
+    assert _until(lambda: here.put(theirs, "after") == b"+1")
+    assert here.ask(f"get {theirs}") == b":after"
 
 
 def test_text_shutdown_stops_the_whole_box(box):
