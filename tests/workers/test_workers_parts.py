@@ -1,5 +1,5 @@
 """The sans-IO parts of ``workers = N``: ownership, the channel's reply framing, the box's
-stats (kestreld/workers/)."""
+stats, the text and thrift requests sent on (kestreld/workers/)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ import pytest
 
 from kestreld.config import ConfigError
 from kestreld.config.model import available_cores, build_config
+from kestreld.frontends.text.parser import TextParser
+from kestreld.frontends.thrift import codec
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.ownership import Ownership, owner_of
+from kestreld.workers.text_routing import text_request
+from kestreld.workers.thrift_routing import is_exception
 from kestreld.workers.upstream import LIST, MONITOR, ONE, reply_end
 
 
@@ -109,3 +113,17 @@ def test_a_monitor_reply_runs_through_its_items_to_the_last_end():
     buf = b"VALUE m 0 2\r\nM1\r\nEND\r\nVALUE m 0 2\r\nM2\r\nEND\r\nEND\r\nSTORED\r\n"
     assert reply_end(buf, 0, MONITOR) == len(buf) - len(b"STORED\r\n")
     assert reply_end(b"END\r\n", 0, MONITOR) == 5
+
+
+def test_a_text_request_is_sent_on_as_the_client_wrote_it():
+    wire = b"put jobs 500:\none\ntwo\n\nget jobs 100\n"
+    parser = TextParser(1024, 1024)
+    requests = parser.feed(wire)
+    assert b"".join(text_request(r) for r in requests) == wire
+    again = TextParser(1024, 1024).feed(wire)
+    assert again == requests
+
+
+def test_a_thrift_reply_frame_says_whether_it_is_an_exception():
+    assert is_exception(codec.encode_exception("put", 3, codec.INTERNAL_ERROR, "no"))
+    assert not is_exception(codec.encode_reply("put", 3, 1))
