@@ -133,7 +133,8 @@ def test_text_open_reads_of_a_client_that_leaves_come_back_in_order(box, names):
     assert other.put(theirs, "second") == b"+1"
     assert here.ask(f"get {theirs}") == b":first"  # opened at the owner, held by `here`
     here.close()
-    assert other.ask(f"get {theirs} 2000") == b":first"
+    assert _until(lambda: _stats(box)[f"queue_{theirs}_open_transactions"] == "0")
+    assert other.ask(f"get {theirs}") == b":first"
     assert other.ask(f"confirm {theirs} 1") == b"+1"
     assert other.ask(f"get {theirs}") == b":second"
 
