@@ -21,6 +21,7 @@ from kestreld.workers.channel import (
     channel_path,
     serve_channel,
 )
+from kestreld.workers.handoff import Handoff
 from kestreld.workers.ownership import Ownership
 from kestreld.workers.queue_budget import BoxQueueCount
 from kestreld.workers.routing import Router
@@ -42,6 +43,7 @@ class WorkerRole:
     channel_count: ChannelCount = field(default_factory=ChannelCount)
     channel: Any = None
     router: Router | None = None
+    handoff: Handoff | None = None
     box_queues: BoxQueueCount | None = None
     publishing: asyncio.Task | None = None
 
@@ -66,6 +68,10 @@ class WorkerRole:
             channel_commands(self.router),
         )
         server.queues.relay_puts_to(self.router.put_elsewhere)
+        # Always listened for (a reload may turn worker_handoff on; another worker may hand).
+        self.handoff = Handoff(server, self.folder, self.index)
+        self.handoff.listen(asyncio.get_running_loop())
+        self.router.handoff = self.handoff
         # Always (a reload may set max_queues): one small file, one write a second.
         self.box_queues = BoxQueueCount(self.folder, self.index, self.count)
         server.queues.box_queues = self.box_queues
@@ -106,5 +112,7 @@ class WorkerRole:
             self.box_queues = None
         if self.channel is not None:
             self.channel.close()
+        if self.handoff is not None:
+            self.handoff.close()
         if self.router is not None:
             self.router.close()
