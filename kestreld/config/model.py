@@ -350,7 +350,7 @@ class ServerConfig:
     #: With workers > 1: a client connection whose request names another worker's queue,
     #: while it holds nothing here, is handed to that worker (kestreld/workers/handoff.py)
     #: rather than having each such request forwarded.
-    worker_handoff: bool = False
+    worker_handoff: bool = True
     archive_path: str | None = None
     max_open_reads: int = 100
     client_timeout: int = 0  # ms, 0 = never

@@ -157,7 +157,7 @@ def test_a_client_alternating_queues_is_answered_and_moves_once(box, here, there
 
 
 def test_a_connection_holding_an_open_read_is_forwarded_not_moved(box, here, there):
-    producer = Conn(box.connect())
+    producer = _on_worker(box, 0)  # here's own: it does not move either
     assert producer.set(here, b"h") == b"STORED"
     conn = _on_worker(box, 0)
     assert conn.get(f"{here}/open") == b"h"
@@ -170,7 +170,7 @@ def test_a_connection_holding_an_open_read_is_forwarded_not_moved(box, here, the
 
 
 def test_without_worker_handoff_requests_are_forwarded_as_before(make_server, there):
-    box = make_server(args=["--workers", str(WORKERS)])
+    box = _box(make_server, "worker_handoff = false\n")
     conn = _on_worker(box, 0)
     assert conn.set(there, b"x") == b"STORED"
     assert conn.get(there) == b"x"
