@@ -287,6 +287,7 @@ class Incoming:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         loop.add_reader(self.sock.fileno(), self._readable)
+        self._readable()  # usually all there already: adopted without another loop turn
 
     def _readable(self) -> None:
         try:

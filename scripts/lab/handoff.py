@@ -8,6 +8,9 @@ worker 0 accepted: to a queue of worker 0 (local), to a queue of worker 1 with
 request moves the connection to worker 1; the rest are local there).  Median µs per
 request (set and get each counted).
 
+First request: the median of a fresh connection's first request for worker 1's queue:
+the hand-off itself, or the first forward (which opens the connection's channel).
+
 Throughput: ``--connections`` connections, each with its own queue (so half the queues
 are the other worker's), each sending a set, then a get, one request at a time, from one
 client process (an epoll loop); requests per second and the box's CPU (supervisor and
@@ -110,6 +113,20 @@ def _counts(box: KestreldProcess) -> dict[str, int]:
     return counts
 
 
+def first_request(box: KestreldProcess, queue: str, count: int = 40) -> float:
+    """Median µs of the first request for ``queue`` on a fresh connection worker 0
+    accepted: the hand-off itself (or the first forward, its channel connection opened)."""
+    samples = []
+    request = b"get %s\r\n" % queue.encode()
+    for _ in range(count):
+        sock = _on_worker(box, 0)
+        started = time.perf_counter()
+        _exchange(sock, request, b"END\r\n")
+        samples.append(time.perf_counter() - started)
+        sock.close()
+    return statistics.median(samples) * 1e6
+
+
 def throughput(
     box: KestreldProcess, connections: int, seconds: float
 ) -> tuple[float, float, float]:
@@ -178,12 +195,15 @@ def main() -> None:
     args = parser.parse_args()
     here, there = _owned_by(0, "rt"), _owned_by(1, "rt")
     trips: dict[str, list[float]] = {"local": [], "forwarded": [], "handed": []}
+    firsts: dict[str, list[float]] = {"forwarded": [], "handed": []}
     load: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     for r in range(args.rounds):
         for handoff in (False, True) if r % 2 == 0 else (True, False):
             with tempfile.TemporaryDirectory() as folder:
                 box = _box(Path(folder), handoff)
                 try:
+                    first = first_request(box, there)
+                    firsts["handed" if handoff else "forwarded"].append(first)
                     if handoff:
                         trips["handed"].append(round_trip(box, there, args.seconds))
                     else:
@@ -195,6 +215,8 @@ def main() -> None:
             print(f"round {r + 1} handoff={handoff}: done", flush=True)
     for name, values in trips.items():
         print(f"round trip {name:9}: {statistics.median(values):6.1f} µs  {values}")
+    for name, values in firsts.items():
+        print(f"first request {name:9}: {statistics.median(values):6.1f} µs  {values}")
     for handoff, rows in load.items():
         rate = statistics.median(r for r, _, _ in rows)
         cost = statistics.median(c for _, c, _ in rows)
