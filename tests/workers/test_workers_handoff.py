@@ -4,6 +4,8 @@ checked from outside with raw memcache connections on a box of two workers."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -167,6 +169,16 @@ def test_a_connection_holding_an_open_read_is_forwarded_not_moved(box, here, the
     assert stats["handoffs"] == "0"
     conn.close()  # its read goes back where it was opened
     assert _until(lambda: producer.get(f"{here}/peek") == b"h")
+
+
+def test_a_hand_off_to_a_worker_that_is_down_is_forwarded_instead(box, here, there):
+    conn = _on_worker(box, 0)
+    os.kill(box.worker_pids()[1], signal.SIGKILL)
+    assert _until(lambda: box.events("worker_died"))
+    conn.send(f"get {there}\r\n")
+    reply = conn.line()  # forwarded to the dead worker, or handed to its successor
+    assert reply == b"END" or reply.startswith(b"SERVER_ERROR worker 1 is not serving"), reply
+    assert conn.get(here) is None  # the connection serves on, wherever it is
 
 
 def test_without_worker_handoff_requests_are_forwarded_as_before(make_server, there):
