@@ -43,8 +43,10 @@ import structlog
 
 log = structlog.get_logger("kestreld.workers")
 
-#: How often a hand-off waiting for the client's replies to leave looks again (seconds).
+#: How often a hand-off waiting for the client's replies to leave looks again (seconds),
+#: and how many times: a client that does not read its replies is not moved, but served here.
 DRAIN_POLL = 0.0005
+DRAIN_POLLS = 2000
 #: Hand-offs a connection may have: once (a client alternating queues is not bounced).
 MAX_HANDOFFS = 1
 _LENGTH = struct.Struct(">I")
@@ -209,16 +211,20 @@ class Handoff:
             conn.transport.pause_reading()
         conn.handoffs = MAX_HANDOFFS  # whatever happens, it moves no more
         assert self.loop is not None
-        self.loop.call_soon(self._send, conn, owner, request)
+        self.loop.call_soon(self._send, conn, owner, request, 0)
 
-    def _send(self, conn: Any, owner: int, request: bytes) -> None:
+    def _send(self, conn: Any, owner: int, request: bytes, polls: int) -> None:
         if conn.closed:
             return  # it went: nothing to hand
         transport = conn.transport
         if conn.out or transport.get_write_buffer_size():
             # Its earlier replies leave first, through this socket, in order.
-            assert self.loop is not None
-            self.loop.call_later(DRAIN_POLL, self._send, conn, owner, request)
+            if polls < DRAIN_POLLS:
+                assert self.loop is not None
+                self.loop.call_later(DRAIN_POLL, self._send, conn, owner, request, polls + 1)
+            else:
+                unread = request + conn.framing.take_input()
+                self._fall_back(conn, unread, owner, OSError("its replies are not being read"))
             return
         unread = request + conn.framing.take_input()
         channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -260,6 +266,7 @@ class Handoff:
         self.failed += 1
         log.info("handoff_failed", worker=owner, error=error.strerror or str(error))
         conn.framing.keep(unread)
+        # (Above the transport's high-water mark, its resume_writing comes later all the same.)
         conn.write_paused = False
         conn.resume()
 
