@@ -347,6 +347,10 @@ class ServerConfig:
     #: Worker processes serving the ports and the folder (kestreld/workers/); 1: this
     #: process serves everything itself, as before workers existed.
     workers: int = 1
+    #: With workers > 1: a client connection whose request names another worker's queue,
+    #: while it holds nothing here, is handed to that worker (kestreld/workers/handoff.py)
+    #: rather than having each such request forwarded.
+    worker_handoff: bool = True
     archive_path: str | None = None
     max_open_reads: int = 100
     client_timeout: int = 0  # ms, 0 = never
@@ -423,6 +427,7 @@ SERVER_KEYS: dict[str, str] = {
     "thrift_port": _INT,
     "queue_path": _STR,
     "workers": _WORKERS,
+    "worker_handoff": _BOOL,
     "archive_path": _STR,
     "max_open_reads": _INT,
     "client_timeout": _DURATION,

@@ -32,6 +32,8 @@ SUMMED = frozenset(
         "queue_create_refusals",
         "worker_requests_local",
         "worker_requests_crossed",
+        "handoffs",
+        "handoffs_received",
     }
 )
 #: Lines a worker adds for this merge only: its channel connections (open, ever).

@@ -21,6 +21,7 @@ from kestreld.workers.channel import (
     channel_path,
     serve_channel,
 )
+from kestreld.workers.handoff import Handoff
 from kestreld.workers.ownership import Ownership
 from kestreld.workers.queue_budget import BoxQueueCount
 from kestreld.workers.routing import Router
@@ -43,6 +44,7 @@ class WorkerRole:
     channel_count: ChannelCount = field(default_factory=ChannelCount)
     channel: Any = None
     router: Router | None = None
+    handoff: Handoff | None = None
     box_queues: BoxQueueCount | None = None
     publishing: asyncio.Task | None = None
     #: The classes of this worker's text and thrift client connections, by front end.
@@ -73,6 +75,10 @@ class WorkerRole:
             server, self.index, self.folder, self.channel_count
         )
         server.queues.relay_puts_to(self.router.put_elsewhere)
+        # Always listened for (a reload may turn worker_handoff on; another worker may hand).
+        self.handoff = Handoff(server, self.folder, self.index)
+        self.handoff.listen(asyncio.get_running_loop())
+        self.router.handoff = self.handoff
         # Always (a reload may set max_queues): one small file, one write a second.
         self.box_queues = BoxQueueCount(self.folder, self.index, self.count)
         server.queues.box_queues = self.box_queues
@@ -115,5 +121,7 @@ class WorkerRole:
             self.channel.close()
         for channel in self.wire_channels:
             channel.close()
+        if self.handoff is not None:
+            self.handoff.close()
         if self.router is not None:
             self.router.close()

@@ -32,6 +32,7 @@ from kestreld.journal.batch import Batch
 from kestreld.session.reply import PUT, PendingReply, pending_confirm
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.channel import channel_path
+from kestreld.workers.handoff import MAX_HANDOFFS, Arrival, Handoff, holds_nothing
 from kestreld.workers.ownership import Ownership
 from kestreld.workers.upstream import LIST, MONITOR, ONE, Upstream
 
@@ -80,6 +81,11 @@ class Router:
         self.connection_class = RoutedConnection
         #: While a get runs here: the puts it sent to other workers (an abort's punts).
         self.moves: list[Batch] | None = None
+        #: Hands client connections to the owners of their queues (worker_handoff).
+        self.handoff: Handoff | None = None
+        #: Client connections that had a request forwarded: they may hold something at an
+        #: owner (an open read, a noreply set not run yet), so they never move.
+        self.forwarded: set[Any] = set()
 
     # --- the table --------------------------------------------------------------------------
 
@@ -189,8 +195,26 @@ class Router:
             else:
                 command_run(command, conn, args)
             return
+        request = b" ".join(args) + CRLF
+        if self._hand(conn, owner, request):
+            return
         self.crossed += 1
-        self.forward(conn, owner, b" ".join(args) + CRLF, _quiet(command, args), shape)
+        self.forward(conn, owner, request, _quiet(command, args), shape)
+
+    def _hand(self, conn: Any, owner: int, request: bytes) -> bool:
+        """Hand ``conn`` to ``owner`` with ``request`` when it may move (handoff.py)."""
+        handoff = self.handoff
+        if (
+            handoff is None
+            or not self.server.config.worker_handoff
+            or type(conn) is not RoutedConnection
+            or conn.handoffs >= MAX_HANDOFFS
+            or self.server.tls is not None  # TLS state cannot move: forwarded
+            or not holds_nothing(conn, conn in self.forwarded)
+        ):
+            return False
+        handoff.begin(conn, owner, request)
+        return True
 
     def _set_line(self, conn: Any, args: list[bytes], size: int) -> bool:
         """A set's line is judged here wherever its queue lives (its size, its words, the
@@ -209,13 +233,16 @@ class Router:
             self.local += 1
             self.run_set(set_command, conn, args, data)
             return
-        self.crossed += 1
         quiet = _quiet(set_command, args)
         aliases = self.server.config.aliases
         if aliases and args[1].decode() in aliases:
+            self.crossed += 1
             self._set_alias_elsewhere(conn, owner, args[:-1] if quiet else args, data, quiet)
             return
         request = b"".join((b" ".join(args), CRLF, data, CRLF))
+        if self._hand(conn, owner, request):
+            return
+        self.crossed += 1
         self.forward(conn, owner, request, quiet, ONE)
 
     def _set_alias_elsewhere(
@@ -333,6 +360,7 @@ class Router:
     def forward(self, conn: Any, owner: int, request: bytes, quiet: bool, shape: int) -> None:
         """Send ``request`` to ``owner`` on ``conn``'s connection to it; its reply is held in
         ``conn``'s output in the request's place (nothing for ``noreply``)."""
+        self.forwarded.add(conn)
         upstream = self._upstream(conn, owner)
         if upstream is None:
             if not quiet:
@@ -387,6 +415,7 @@ class Router:
 
     def connection_closed(self, conn: Any) -> None:
         """The client left: its connections to the owners close (its reads there go back)."""
+        self.forwarded.discard(conn)
         mine = self.upstreams.pop(conn, None)
         if mine:
             for upstream in mine.values():
@@ -493,6 +522,7 @@ class Router:
             ("worker", self.index),
             ("worker_requests_local", self.local),
             ("worker_requests_crossed", self.crossed),
+            *(self.handoff.stats() if self.handoff is not None else ()),
         ]
 
     def close(self) -> None:
@@ -503,9 +533,30 @@ class Router:
 
 
 class RoutedConnection(MemcacheConnection):
-    """A client connection of a worker: its half-close reaches the owners it used."""
+    """A client connection of a worker: its half-close reaches the owners it used; one
+    handed over from another worker (``arrival``) runs the bytes it brought first."""
 
-    __slots__ = ()
+    __slots__ = ("handoffs", "arrival")
+
+    def __init__(self, server: Any, table: dict[bytes, Command], unknown: Command) -> None:
+        super().__init__(server, table, unknown)
+        self.handoffs = 0
+        self.arrival: Arrival | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        arrival = self.arrival
+        if arrival is None:
+            return
+        self.arrival = None
+        if self.closed:
+            return  # refused (too many connections): it closes, having held nothing
+        # Counted once on the box: where it was accepted (its bytes too).
+        self.stats.total_connections -= 1
+        self.handoffs = arrival.handoffs
+        if arrival.unread:
+            self.traffic.bytes_read -= len(arrival.unread)
+            self.data_received(arrival.unread)
 
     def eof_received(self) -> bool | None:
         keep = super().eof_received()

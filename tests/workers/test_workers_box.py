@@ -160,9 +160,11 @@ def test_noreply_requests_cross_without_a_reply(box, names):
 def test_kill_9_of_a_worker_restarts_it_and_its_items_come_back(box, names):
     victim_queue, other_queue = names  # worker 0 owns the first
     survivor = _on_worker(box, 1)
+    writer = _conn(box)  # (with worker_handoff it may move to worker 0: it leaves first)
     for i in range(5):
-        survivor.set(victim_queue, f"v{i}")
+        writer.set(victim_queue, f"v{i}")
         survivor.set(other_queue, f"o{i}")
+    writer.close()
     old = box.worker_pids()
     os.kill(old[0], signal.SIGKILL)
     killed = time.monotonic()

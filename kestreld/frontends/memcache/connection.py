@@ -436,8 +436,8 @@ class Connection(Sink):
                 command.run(self, args, data)
         except Exception:
             self._failed(args)
-        if self.closing:
-            return STOP
+        if self.closing or self.write_paused:
+            return STOP  # as after a line: nothing after it is looked at now
         return GO
 
     def bad_block(self, quiet: bool) -> None:
