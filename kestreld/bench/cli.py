@@ -180,7 +180,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
                 "worker; then one client's round trip to a queue of its own worker and of "
                 "another.",
                 dict(workers=2, connections=100, queues=100, size="1KiB", depth=1,
-                     items=200_000, hops=5000, repeat=1, **RUN)),
+                     items=300_000, hops=5000, repeat=1, **RUN | dict(seconds=3.0))),
     "queues": ("what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
                "N queues get 10 items of 100 B each, then sit idle; one row per N.",
                dict(counts=None, idle_seconds=5.0, workdir=None, **OUTPUT)),

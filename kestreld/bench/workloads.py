@@ -15,6 +15,7 @@ from kestreld.bench import load as bench_load
 from kestreld.bench.load import Role
 from kestreld.bench.servers import (
     MachineSample,
+    cpu_seconds,
     pin,
     start_server,
     tree_cpu_seconds,
@@ -236,6 +237,7 @@ class Row:
     queues: int = 1
     requests_local: int = 0  # workers > 1: requests served where they landed
     requests_crossed: int = 0  # and sent on to the worker owning their queue
+    supervisor_cpu: float = 0.0  # workers > 1: the supervisor's own part of server_cpu
 
     @property
     def crossed(self) -> float:
@@ -368,6 +370,7 @@ def measure(
         queues=spec.queues,
         requests_local=local,
         requests_crossed=crossed,
+        supervisor_cpu=m.own_cpu if spec.workers > 1 else 0.0,
     )
 
 
@@ -387,9 +390,10 @@ class Meter:
         self.pids = pids
         self.profiler = profiler_factory(pids[0]) if profiler_factory else None
 
-    def _sample(self) -> tuple[float, MachineSample, float]:
+    def _sample(self) -> tuple[float, float, MachineSample, float]:
         cpu = sum(tree_cpu_seconds(pid) for pid in self.pids)
-        return cpu, MachineSample.now(), time.perf_counter()
+        own = sum(cpu_seconds(pid) for pid in self.pids)  # a box's supervisor: its own share
+        return cpu, own, MachineSample.now(), time.perf_counter()
 
     def start(self) -> None:
         self.before = self._sample()
@@ -399,8 +403,9 @@ class Meter:
     def stop(self) -> None:
         if self.profiler is not None:
             self.profiler.stop()
-        (cpu, machine, t), (cpu0, machine0, t0) = self._sample(), self.before
+        (cpu, own, machine, t), (cpu0, own0, machine0, t0) = self._sample(), self.before
         self.cpu, self.span, self.loadavg = cpu - cpu0, t - t0, machine.loadavg
+        self.own_cpu = own - own0
         self.busy_cores = machine.busy_cores_since(machine0)
 
 

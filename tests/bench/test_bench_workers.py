@@ -25,7 +25,7 @@ def test_the_workers_command_prints_each_server_per_workload_and_the_hop(tmp_pat
         for unit in ("set", "get")
         for name in ("workers = 1", "workers = 2", "2 instances")
     ]
-    crossed = {(r[0], r[1]): r[6] for r in rows if r[0] in ("set", "get")}
+    crossed = {(r[0], r[1]): r[7] for r in rows if r[0] in ("set", "get")}
     assert crossed[("set", "workers = 1")] == "0 %" and crossed[("get", "2 instances")] == "0 %"
     assert all("FAILED" not in r[-1] for r in rows)
     assert any(r[0].startswith("round trip") for r in rows)
