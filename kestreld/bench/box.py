@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kestreld.bench.report import Table
-from kestreld.bench.servers import KestreldServer, tree_cpu_seconds
+from kestreld.bench.servers import KestreldServer, cpu_seconds, tree_cpu_seconds
 from kestreld.bench.workloads import Row, Spec, measure
 from kestreld.testing.process import Conn
 from kestreld.workers.ownership import owner_of
@@ -169,15 +169,18 @@ def hop_costs(
     """One blocking client of a box of ``workers``: ``rounds`` set + get round trips on a
     queue its worker owns ("local") and on one another owns ("crossed"), in two
     alternating sittings each.  Per side: the median round trip (µs), the server's CPU per
-    request (µs, the supervisor's and every worker's) and the requests made."""
+    request (µs, the supervisor's and every worker's), the landing worker's part of it, and
+    the requests made."""
     server = KestreldServer(workdir=workdir, workers=workers).start()
     latencies: dict[str, list[float]] = {"local": [], "crossed": []}
     cpu = {"local": 0.0, "crossed": 0.0}
+    landing_cpu = {"local": 0.0, "crossed": 0.0}
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Conn(sock)
             landed = int(conn.stats()["worker"])
+            landing = server.process.worker_pids()[landed]
             queues = {
                 "local": queue_owned(landed, workers, by_it=True),
                 "crossed": queue_owned(landed, workers, by_it=False),
@@ -189,7 +192,7 @@ def hop_costs(
                 for _ in range(min(200, rounds)):  # the crossing's channel opens, caches warm
                     conn.set(queue, item)
                     conn.get(queue)
-                before = tree_cpu_seconds(server.pid)
+                before, landing_before = tree_cpu_seconds(server.pid), cpu_seconds(landing)
                 times = latencies[side]
                 for _ in range(rounds // 2):
                     t0 = time.perf_counter()
@@ -200,12 +203,14 @@ def hop_costs(
                         raise RuntimeError(f"hop: a get of {queue} did not return the item")
                     times += [t1 - t0, time.perf_counter() - t1]
                 cpu[side] += tree_cpu_seconds(server.pid) - before
+                landing_cpu[side] += cpu_seconds(landing) - landing_before
     finally:
         server.stop()
     return {
         side: {
             "round_trip_us": 1e6 * statistics.median(latencies[side]),
             "server_us": 1e6 * cpu[side] / len(latencies[side]),
+            "landing_us": 1e6 * landing_cpu[side] / len(latencies[side]),
             "requests": len(latencies[side]),
         }
         for side in latencies
@@ -233,6 +238,12 @@ def hop_table(hops: dict[str, dict[str, float]], workers: int) -> Table:
                 f"{local['server_us']:.1f}",
                 f"{crossed['server_us']:.1f}",
                 f"{crossed['server_us'] - local['server_us']:+.1f}",
+            ],
+            [
+                "of which the worker it landed on",
+                f"{local['landing_us']:.1f}",
+                f"{crossed['landing_us']:.1f}",
+                f"{crossed['landing_us'] - local['landing_us']:+.1f}",
             ],
         ],
     )
