@@ -165,17 +165,23 @@ def queue_owned(landed: int, workers: int, *, by_it: bool) -> str:
 
 def hop_costs(
     workers: int, rounds: int, *, size: int = 1024, workdir: str | None = None
-) -> dict[str, dict[str, float]]:
+) -> dict[str, Any]:
     """One blocking client of a box of ``workers``: ``rounds`` set + get round trips on a
     queue its worker owns ("local") and on one another owns ("crossed"), in two
     alternating sittings each.  Per side: the median round trip (µs), the server's CPU per
     request (µs, the supervisor's and every worker's), the landing worker's part of it, and
-    the requests made."""
+    the requests made; and where 20 connections opened together landed ("landed":
+    connections per worker), as a client's pool (or the load generator) opens them."""
     server = KestreldServer(workdir=workdir, workers=workers).start()
     latencies: dict[str, list[float]] = {"local": [], "crossed": []}
     cpu = {"local": 0.0, "crossed": 0.0}
     landing_cpu = {"local": 0.0, "crossed": 0.0}
+    landed_on = [0] * workers
     try:
+        pool = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(20)]
+        for sock in pool:
+            with sock:
+                landed_on[int(Conn(sock).stats()["worker"])] += 1
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = Conn(sock)
@@ -206,7 +212,7 @@ def hop_costs(
                 landing_cpu[side] += cpu_seconds(landing) - landing_before
     finally:
         server.stop()
-    return {
+    return {"landed": landed_on} | {
         side: {
             "round_trip_us": 1e6 * statistics.median(latencies[side]),
             "server_us": 1e6 * cpu[side] / len(latencies[side]),
@@ -217,8 +223,9 @@ def hop_costs(
     }
 
 
-def hop_table(hops: dict[str, dict[str, float]], workers: int) -> Table:
+def hop_table(hops: dict[str, Any], workers: int) -> Table:
     local, crossed = hops["local"], hops["crossed"]
+    landed = " / ".join(map(str, hops["landed"]))
     return Table(
         (
             f"one client, workers = {workers}",
@@ -245,6 +252,7 @@ def hop_table(hops: dict[str, dict[str, float]], workers: int) -> Table:
                 f"{crossed['landing_us']:.1f}",
                 f"{crossed['landing_us'] - local['landing_us']:+.1f}",
             ],
+            ["20 connections opened together, per worker", landed, "", ""],
         ],
     )
 

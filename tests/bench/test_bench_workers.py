@@ -30,6 +30,8 @@ def test_the_workers_command_prints_each_server_per_workload_and_the_hop(tmp_pat
     assert all("FAILED" not in r[-1] for r in rows)
     assert any(r[0].startswith("round trip") for r in rows)
     assert any(r[0].startswith("server CPU") for r in rows)
+    (landed,) = [r[1] for r in rows if r[0].startswith("20 connections")]
+    assert sum(int(n) for n in landed.split(" / ")) == 20
 
 
 def test_a_box_of_workers_counts_the_requests_that_crossed_and_delivers_each_item_once(
