@@ -20,9 +20,9 @@ from typing import Any
 
 from kestreld.bench import report
 from kestreld.bench.backlog import backlog_table, run_backlog
-from kestreld.bench.box import BoxSizes, box_table, hop_costs, hop_table, run_box
-from kestreld.bench.box import figures as box_figures
 from kestreld.bench.darner_suite import SCENARIOS, SuiteSizes, run_suite, suite_table
+from kestreld.bench.every_core import BoxSizes, box_table, hop_costs, hop_table, run_box
+from kestreld.bench.every_core import figures as box_figures
 from kestreld.bench.many_queues import queues_table, run_queues
 from kestreld.bench.report import Table
 from kestreld.bench.servers import (
