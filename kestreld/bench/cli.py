@@ -21,6 +21,8 @@ from typing import Any
 from kestreld.bench import report
 from kestreld.bench.backlog import backlog_table, run_backlog
 from kestreld.bench.darner_suite import SCENARIOS, SuiteSizes, run_suite, suite_table
+from kestreld.bench.every_core import BoxSizes, box_table, hop_costs, hop_table, run_box
+from kestreld.bench.every_core import figures as box_figures
 from kestreld.bench.many_queues import queues_table, run_queues
 from kestreld.bench.report import Table
 from kestreld.bench.servers import (
@@ -116,6 +118,11 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "scale": ("--scale", dict(type=float, help="Darner's item counts times this")),
     "flood_connections": ("--connections", dict(type=int_list, help="the flood's connections")),
     "scenarios": ("--scenarios", dict(metavar="LIST", help="which of Darner's scenarios")),
+    # workers
+    "workers": ("--workers", dict(type=int, help="N: workers = 1, workers = N and N instances")),
+    "queues": ("--queues", dict(type=int, help="queues; connection i uses queue i mod this")),
+    "hops": ("--hops", dict(type=int, help="round trips of the one-client local and crossed "
+             "probe, per side")),
     # queues
     "counts": ("counts", dict(type=int, nargs="+", metavar="N", help="numbers of queues")),
     "idle_seconds": ("--idle-seconds", dict(type=float, help="the idle CPU's window")),
@@ -167,6 +174,13 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
                      dict(darner=None, scale=1.0, flood_connections="1,10,100,1000,4000",
                           scenarios="flood,packing,memory,fairness", procs=2, workdir=None,
                           **OUTPUT)),
+    "workers": ("workers = 1, workers = N and N instances: set and get on many queues",
+                "One run, the three side by side: throughput, server CPU per operation "
+                "(supervisor and workers), the share of requests that crossed to another "
+                "worker; then one client's round trip to a queue of its own worker and of "
+                "another.",
+                dict(workers=2, connections=100, queues=100, size="1KiB", depth=1,
+                     items=300_000, hops=5000, repeat=1, **RUN | dict(seconds=3.0))),
     "queues": ("what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
                "N queues get 10 items of 100 B each, then sit idle; one row per N.",
                dict(counts=None, idle_seconds=5.0, workdir=None, **OUTPUT)),
@@ -185,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  kestreld bench compare --quick --markdown-file compare.md\n"
         "  kestreld bench backlog --size 1GiB --max-memory 16MiB\n"
         "  kestreld bench darner-suite --darner ~/darner/build/darner\n"
-        "  kestreld bench queues 1000 10000",
+        "  kestreld bench queues 1000 10000\n"
+        "  kestreld bench workers --workers 2 --repeat 3",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     for command, (summary, description, defaults) in COMMANDS.items():
@@ -361,6 +376,25 @@ def cmd_darner_suite(args: argparse.Namespace) -> Outcome:
     )
 
 
+def cmd_workers(args: argparse.Namespace) -> Outcome:
+    if args.workers < 2:
+        raise SystemExit("workers: --workers must be at least 2 (it is compared with 1)")
+    sizes = BoxSizes(args.workers, args.connections, args.queues, args.size, args.depth,
+                     args.items, args.seconds, args.procs)  # fmt: skip
+    runs = run_box(
+        sizes,
+        repeat=args.repeat,
+        workdir=args.workdir,
+        server_cpus=args.server_cpus,
+        client_cpus=args.client_cpus,
+        log=log,
+    )
+    log(f"workers: one client's round trips, local and crossed, workers = {args.workers}")
+    hops = hop_costs(args.workers, args.hops, size=args.size, workdir=args.workdir)
+    tables = [box_table(runs), hop_table(hops, args.workers)]
+    return Outcome(tables, box_figures(runs, hops), checks_passed([r for _, r in runs]))
+
+
 def cmd_queues(args: argparse.Namespace) -> Outcome:
     runs = [
         run_queues(n, idle_seconds=args.idle_seconds, workdir=args.workdir, log=log)
@@ -396,6 +430,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
     "backlog": cmd_backlog,
     "darner-suite": cmd_darner_suite,
     "queues": cmd_queues,
+    "workers": cmd_workers,
 }
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kestreld.bench.servers import pin
+from kestreld.workers.ownership import owner_of
 
 ID_DIGITS = 16
 STORED = b"STORED\r\n"
@@ -58,6 +59,13 @@ class Role:
     rate: float = 0.0  # items per second per connection; 0 = as fast as replies come
     gets: int = 0  # db: gets, beside the ``count`` sets
     hangup: int = 0  # db: every n-th request of a connection is cut in half and hung up
+    #: > 1: connection i uses queue ``<queue><i mod queues>`` (many queues), and with several
+    #: ports it talks to the one its queue hashes to, as a client splits queues over servers.
+    queues: int = 1
+
+    def queue_of(self, index: int) -> str:
+        """The queue connection ``index`` uses."""
+        return f"{self.queue}{index % self.queues}" if self.queues > 1 else self.queue
 
     def id_range(self, index: int) -> tuple[int, int]:
         """Ids [lo, hi) produced (or fetched by key) by connection ``index``."""
@@ -129,14 +137,15 @@ class LoadResult:
 # --- connections ------------------------------------------------------------------------------
 
 
-def _set_format(role: Role, distinct: bool | None = None) -> bytes:
-    """A %-format for one set request; takes the item id (twice for distinct keys)."""
+def _set_format(role: Role, distinct: bool | None = None, queue: str = "") -> bytes:
+    """A %-format for one set request to ``queue`` (the role's); takes the item id (twice
+    for distinct keys)."""
     if role.size < ID_DIGITS:
         raise ValueError(f"items must be at least {ID_DIGITS} bytes")
     tail = b"%016d" + b"x" * (role.size - ID_DIGITS) + b"\r\n"
     if role.distinct_keys if distinct is None else distinct:
         return b"set k%%d 0 0 %d\r\n" % role.size + tail
-    return b"set %s 0 0 %d\r\n" % (role.queue.encode(), role.size) + tail
+    return b"set %s 0 0 %d\r\n" % ((queue or role.queue).encode(), role.size) + tail
 
 
 class Connection:
@@ -147,6 +156,7 @@ class Connection:
         self.tally = worker.tally
         self.role = role
         self.index = index
+        self.queue = role.queue_of(index).encode()
         self.sock = worker.connect(index)
         self.buf = bytearray()
         self.expected = 0  # replies still due for the batch in flight
@@ -263,7 +273,7 @@ class SetConnection(Connection):
         super().__init__(worker, role, index)
         self.lo, self.hi = role.id_range(index)
         self.next_id = self.reply_id = self.lo
-        self.fmt = _set_format(role)
+        self.fmt = _set_format(role, queue=self.queue.decode())
         self.copies = 2 if role.distinct_keys else 1  # the format takes a key's id, then the item's
 
     def next_batch(self) -> tuple[bytes, int, int] | None:
@@ -310,7 +320,7 @@ class GetConnection(Connection):
         self.lo, self.hi = role.id_range(index)
         self.quota = role.count if role.shared_stop else self.hi - self.lo
         wait = b"/t=%d" % role.wait_ms if role.wait_ms else b""
-        self.request = b"get %s%s\r\n" % (role.queue.encode(), wait)
+        self.request = b"get %s%s\r\n" % (self.queue, wait)
         self.got = self.asked = self.batch_hits = 0
         self.missed = False
         self.last_id = -1
@@ -360,7 +370,7 @@ class ReliableConnection(Connection):
 
     def __init__(self, worker: Worker, role: Role, index: int) -> None:
         super().__init__(worker, role, index)
-        q = role.queue.encode()
+        q = self.queue
         wait = b"/t=%d" % role.wait_ms if role.wait_ms else b""
         self.loop_request = b"get %s/close/open%s\r\n" % (q, wait)
         self.abort_request = b"get %s/abort\r\n" % q
@@ -511,7 +521,7 @@ class Worker:
         self.role = role
         self.indexes = indexes
         # Several ports: several server instances, used as a client list would be
-        # (connection i of a role talks to ports[i % len(ports)]).
+        # (connection i of a role talks to ports[i % len(ports)], or to its queue's server).
         self.ports = ports
         self.shared = shared
         self.seconds = seconds
@@ -526,7 +536,10 @@ class Worker:
         self.left = [n * hi // c - n * lo // c for n in (role.count, role.gets)]
 
     def connect(self, index: int = 0) -> socket.socket:
-        port = self.ports[index % len(self.ports)]
+        if self.role.queues > 1:  # the server its queue hashes to (as a worker's owner is found)
+            port = self.ports[owner_of(self.role.queue_of(index), len(self.ports))]
+        else:
+            port = self.ports[index % len(self.ports)]
         sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)  # blocking: recv only runs after epoll said readable

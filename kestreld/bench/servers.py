@@ -33,6 +33,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant (a server's supervisor and its workers), read from
+    each process's parent in /proc (not every kernel offers /proc/<pid>/task/*/children)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:  # it ended meanwhile
+            continue
+        parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        parents.setdefault(parent, []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += parents.get(p, [])
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live descendants, all their threads included."""
+    total = 0.0
+    for p in process_tree(pid):
+        with contextlib.suppress(OSError):  # one that just ended
+            total += cpu_seconds(p)
+    return total
+
+
 def pin(pid: int, cpus: frozenset[int] | None) -> None:
     """Every thread of ``pid`` (and those it starts later) on ``cpus`` only; None: anywhere.
     The one place a benchmark's placement is made, for servers and load generator alike."""
@@ -53,6 +83,15 @@ def memory(pid: int) -> dict[str, int]:
 
 def rss(pid: int) -> int:
     return memory(pid).get("VmRSS", 0)
+
+
+def tree_rss(pid: int) -> int:
+    """VmRSS summed over ``pid`` and its descendants (pages a fork shares count in each)."""
+    total = 0
+    for p in process_tree(pid):
+        with contextlib.suppress(OSError):
+            total += rss(p)
+    return total
 
 
 @dataclass(slots=True)
@@ -110,9 +149,11 @@ class KestreldServer:
 
     name = "kestreld"
 
-    def __init__(self, config: str = "", *, workdir: str | None = None) -> None:
+    def __init__(
+        self, config: str = "", *, workdir: str | None = None, workers: int | None = None
+    ) -> None:
         self.folder = tempfile.mkdtemp(prefix="kestreld-bench-", dir=workdir)
-        self.process = KestreldProcess(Path(self.folder) / "queues", config)
+        self.process = KestreldProcess(Path(self.folder) / "queues", config, workers=workers)
         self.port = self.pid = 0
 
     def start(self, timeout: float = 60.0) -> KestreldServer:
@@ -181,12 +222,19 @@ class PeerServer:
 
 
 def start_server(
-    name: str, config: str = "", *, workdir: str | None = None, darner: str | None = None
+    name: str,
+    config: str = "",
+    *,
+    workdir: str | None = None,
+    darner: str | None = None,
+    workers: int | None = None,
 ) -> KestreldServer | PeerServer:
-    """A fresh, started ``name``: "kestreld" (with ``config``), "memcached" (no UDP, its
-    default threads: the protocol's upper bound) or "darner" (the binary ``darner``)."""
+    """A fresh, started ``name``: "kestreld" (with ``config`` and ``workers``; None: as
+    ``KESTRELD_TEST_WORKERS`` says, else 1), "memcached"
+    (no UDP, its default threads: the protocol's upper bound) or "darner" (the binary
+    ``darner``)."""
     if name == "kestreld":
-        return KestreldServer(config, workdir=workdir).start()
+        return KestreldServer(config, workdir=workdir, workers=workers).start()
     if name == "memcached":
         argv = [ensure_memcached(), "-l", "127.0.0.1", "-p", "{port}", "-U", "0"]
         argv += ["-m", "2048", "-c", "4096"]

@@ -17,8 +17,9 @@ from kestreld.bench.servers import (
     MachineSample,
     cpu_seconds,
     pin,
-    rss,
     start_server,
+    tree_cpu_seconds,
+    tree_rss,
 )
 from kestreld.testing.process import Conn
 
@@ -45,6 +46,10 @@ class Spec:
     procs: int = 2  # load generator processes (at least one per role)
     # kestreld servers, each its own port and folder; connections spread over them
     instances: int = 1
+    # put-many, get-drain: > 1: connection i uses queue bench<i mod queues> (and with
+    # instances, the instance that queue hashes to)
+    queues: int = 1
+    workers: int = 1  # kestreld's workers (one port, one folder)
 
     @property
     def key(self) -> str:
@@ -62,11 +67,16 @@ class Spec:
             conns = f"p{self.producers}{conns}"
         elif self.workload == "fanout":
             conns = f"p{self.producers}r{self.readers}"
-        many = f"-i{self.instances}" if self.instances > 1 else ""
+        many = f"-q{self.queues}" if self.queues > 1 else ""
+        many += f"-i{self.instances}" if self.instances > 1 else ""
+        many += f"-w{self.workers}" if self.workers > 1 else ""
         return f"{name}-{size}-{conns}-d{self.depth}{many}"
 
     def describe(self) -> str:
-        return self._describe() + (f", {self.instances} instances" if self.instances > 1 else "")
+        text = self._describe()
+        text += f", {self.queues} queues" if self.queues > 1 else ""
+        text += f", {self.instances} instances" if self.instances > 1 else ""
+        return text + (f", workers = {self.workers}" if self.workers > 1 else "")
 
     def _describe(self) -> str:
         size = f"{self.size // 1024} KiB" if self.size % 1024 == 0 else f"{self.size} B"
@@ -120,20 +130,26 @@ def plan(spec: Spec, server: str) -> Plan | None:
         return dataclasses.replace(p, config="") if p is not None else None
     mc = server == "memcached"
     n, size, depth = spec.items, spec.size, spec.depth
+    queues = spec.queues
+    if queues > 1 and (mc or spec.workload not in ("put-many", "get-drain")):
+        return None  # many queues: a queue server's set and get only
     config = f"sync_journal = {spec.sync_journal}\n" if spec.sync_journal is not None else ""
     if spec.workload == "put-many":
         producer = Role("producer", "set", spec.connections, n, size=size, depth=depth)
-        producer.distinct_keys = mc
+        producer.distinct_keys, producer.queues = mc, queues
         note = "memcached: no fsync" if mc and spec.sync_journal is not None else ""
         return Plan([producer], "set", "producer", config=config, note=note)
     if spec.workload == "get-drain":
-        prefill = Role("prefill", "set", 4, n, size=size, depth=64, distinct_keys=mc, verify=not mc)
+        # Many queues: a prefill connection per queue, so queue i holds the ids that
+        # consumer i (of as many) asks for.
+        prefill = Role("prefill", "set", queues if queues > 1 else 4, n, size=size,
+                       depth=64, distinct_keys=mc, verify=not mc, queues=queues)  # fmt: skip
         # A reliable drain: each request confirms the item before and opens the next, so one
         # request per item, as a plain get (memcached's analog is its get).
         reliable = spec.reliable and not mc
         kind = "reliable" if reliable else "get"
         consumer = Role("consumer", kind, spec.connections, n, size=size, depth=depth)
-        consumer.distinct_keys, consumer.verify = mc, not mc
+        consumer.distinct_keys, consumer.verify, consumer.queues = mc, not mc, queues
         consumer.shared_stop, consumer.stop_on_miss = reliable, True
         return Plan(
             [consumer],
@@ -217,6 +233,17 @@ class Row:
     server_us_range: tuple[float, float] = (0.0, 0.0)  # over the runs
     p99_range: tuple[float, float] = (0.0, 0.0)
     instances: int = 1  # server processes; server_cpu, server_cores and RSS are their sums
+    workers: int = 1  # kestreld's workers (CPU and RSS: the supervisor's and theirs)
+    queues: int = 1
+    requests_local: int = 0  # workers > 1: requests served where they landed
+    requests_crossed: int = 0  # and sent on to the worker owning their queue
+    supervisor_cpu: float = 0.0  # workers > 1: the supervisor's own part of server_cpu
+
+    @property
+    def crossed(self) -> float:
+        """The share of the requests that crossed to another worker."""
+        total = self.requests_local + self.requests_crossed
+        return self.requests_crossed / total if total else 0.0
 
 
 def median_rows(rows: list[Row]) -> list[Row]:
@@ -262,11 +289,14 @@ def measure(
     if p is None:
         return None
     count = spec.instances if server == "kestreld" else 1
+    workers = spec.workers if server == "kestreld" else None
     servers = []
     meter = None
     try:
         for _ in range(count):
-            servers.append(start_server(server, p.config, workdir=workdir, darner=darner))
+            servers.append(
+                start_server(server, p.config, workdir=workdir, darner=darner, workers=workers)
+            )
         ports = [srv.port for srv in servers]
         target = ports[0] if count == 1 else ports
         for srv in servers:
@@ -282,6 +312,7 @@ def measure(
             if bad := sum(r.errors for r in prefilled.roles.values()):
                 raise RuntimeError(f"prefill failed: {bad} errors")
         meter = Meter([srv.pid for srv in servers], profiler_factory)
+        routed_before = routed_requests(ports[0]) if spec.workers > 1 else (0, 0)
         result = bench_load.run(
             p.roles,
             target,
@@ -291,7 +322,9 @@ def measure(
             cpus=client_cpus,
         )
         meter.stop()
-        rss_end = sum(rss(srv.pid) for srv in servers)
+        routed = routed_requests(ports[0]) if spec.workers > 1 else (0, 0)
+        local, crossed = routed[0] - routed_before[0], routed[1] - routed_before[1]
+        rss_end = sum(tree_rss(srv.pid) for srv in servers)
         check = _check(p, result, prefilled, target)
     finally:
         if meter is not None and meter.profiler is not None:
@@ -333,19 +366,34 @@ def measure(
         error_samples=[s for r in result.roles.values() for s in r.error_samples][:5],
         note=p.note,
         instances=count,
+        workers=spec.workers,
+        queues=spec.queues,
+        requests_local=local,
+        requests_crossed=crossed,
+        supervisor_cpu=m.own_cpu if spec.workers > 1 else 0.0,
     )
 
 
+def routed_requests(port: int) -> tuple[int, int]:
+    """A box of workers' requests so far: (served where they landed, crossed to the owner)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        stats = Conn(sock).stats()
+    return int(stats["worker_requests_local"]), int(stats["worker_requests_crossed"])
+
+
 class Meter:
-    """The servers' CPU (summed over the processes) and the machine's, from ``start()`` to
-    ``stop()``; with a profiler of the first server running meanwhile."""
+    """The servers' CPU (summed over the processes, each with its workers) and the
+    machine's, from ``start()`` to ``stop()``; with a profiler of the first server running
+    meanwhile."""
 
     def __init__(self, pids: list[int], profiler_factory: Callable[[int], Any] | None) -> None:
         self.pids = pids
         self.profiler = profiler_factory(pids[0]) if profiler_factory else None
 
-    def _sample(self) -> tuple[float, MachineSample, float]:
-        return sum(cpu_seconds(pid) for pid in self.pids), MachineSample.now(), time.perf_counter()
+    def _sample(self) -> tuple[float, float, MachineSample, float]:
+        cpu = sum(tree_cpu_seconds(pid) for pid in self.pids)
+        own = sum(cpu_seconds(pid) for pid in self.pids)  # a box's supervisor: its own share
+        return cpu, own, MachineSample.now(), time.perf_counter()
 
     def start(self) -> None:
         self.before = self._sample()
@@ -355,8 +403,9 @@ class Meter:
     def stop(self) -> None:
         if self.profiler is not None:
             self.profiler.stop()
-        (cpu, machine, t), (cpu0, machine0, t0) = self._sample(), self.before
+        (cpu, own, machine, t), (cpu0, own0, machine0, t0) = self._sample(), self.before
         self.cpu, self.span, self.loadavg = cpu - cpu0, t - t0, machine.loadavg
+        self.own_cpu = own - own0
         self.busy_cores = machine.busy_cores_since(machine0)
 
 
@@ -383,9 +432,12 @@ def _check(
         assert got is not None
         left = 0
         if got != produced:
-            drain = Role("drain", "get", 1, len(produced), size=role.role.size, depth=64)
+            queues = role.role.queues  # many: a connection per queue, to the queue's server
+            drain = Role("drain", "get", queues, len(produced), size=role.role.size, depth=64)
             drain.queue, drain.stop_on_miss, drain.verify = role.role.queue, True, True
-            for each in [port] if isinstance(port, int) else port:  # every instance
+            drain.queues = queues
+            every = [port] if isinstance(port, int) or queues > 1 else port  # every instance
+            for each in every:
                 rest = bench_load.run([drain], each, seconds=300, procs=1).roles["drain"]
                 left += rest.items
                 assert rest.ids is not None

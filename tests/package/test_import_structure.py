@@ -412,7 +412,7 @@ def test_the_package_ships_no_test_support_nor_instruments():
     bench = {p.stem for p in (PACKAGE / "bench").glob("*.py")}
     assert bench == {
         "__init__", "cli", "load", "workloads", "servers", "backlog", "report",
-        "darner_suite", "many_queues",
+        "darner_suite", "many_queues", "every_core",
     }  # fmt: skip
 
 
