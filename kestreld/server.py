@@ -31,6 +31,7 @@ from kestreld.journal.handles import DescriptorBudget, descriptor_budget, raise_
 from kestreld.journal.periodic_sync import sync_filesystem
 from kestreld.log import configure_logging, set_log_level
 from kestreld.loop.busy_poll import DEFAULT_LIMIT_US, BusyPoll
+from kestreld.loop.hold import HoldProbe
 from kestreld.queues import heap
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
 from kestreld.security import (
@@ -121,6 +122,7 @@ class Server:
         #: the build's default; off: 0).
         poll_us = config.busy_poll_us
         self.busy_poll = BusyPoll(DEFAULT_LIMIT_US if poll_us is None else poll_us)
+        self.loop_hold = HoldProbe()  # how late the loop serves a timer (loop_hold_* stats)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
         self.queues = QueueCollection(
             config, self.executor, role.ownership.owns if role is not None else None
@@ -237,11 +239,12 @@ class Server:
                 self._every(self.config.checkpoint_interval, self.queues.checkpoint)
             ),
             self.loop.create_task(self._every(1000, self._idle_sweep)),
+            self.loop.create_task(self.loop_hold.run()),
         ]
         if self.config.expiration_timer_frequency:
             self._tasks.append(
                 self.loop.create_task(
-                    self._every(self.config.expiration_timer_frequency, self._sweep)
+                    self._every(self.config.expiration_timer_frequency, self.queues.sweep)
                 )
             )
         serves_box = self.role is None or self.role.serves_box
@@ -393,9 +396,6 @@ class Server:
             except Exception:
                 log.exception("periodic_task_failed", task=getattr(fn, "__name__", str(fn)))
 
-    def _sweep(self) -> None:
-        self.queues.sweep()
-
     def _idle_sweep(self) -> None:
         timeout = self.config.client_timeout
         if not timeout:
@@ -415,7 +415,7 @@ class Server:
             extra.append(("status_pending", pending.value))
         if self.membership is not None:
             extra.append(("zookeeper_connected", int(self.zookeeper_connected)))
-        extra.extend(self.busy_poll.stats())
+        extra.extend(self.busy_poll.stats() + self.loop_hold.stats())
         if self.role is not None:
             extra.extend(self.role.stats())
         return render_stats(
