@@ -11,17 +11,23 @@ that covers several expirations is timed from the first it missed.
 The instants are the kernel's, not the loop's, so they fall anywhere in its work: a hold of
 *h* is seen with probability *h* / :data:`PERIOD` each time it happens, and one that recurs
 (every large item of a flood) is seen within seconds.  ``loop_hold_over_1ms`` over
-``loop_hold_probes`` is the share of the time the loop was held longer than 1 ms.  The time
-also counts what the process spent waiting for a CPU (on a loaded machine, the others'
-work).  The cost is one wake-up per :data:`PERIOD`, nothing per request.  Where ``timerfd``
-is missing (not Linux) the loop's own timer stands in, whose lateness also counts its
-resolution (about 1 ms).
+``loop_hold_probes`` is the share of the time the loop was held longer than 1 ms.
+
+On a machine with more runnable threads than cores, the loop's thread also waits for a CPU,
+and that wait is the machine's, not the server's: the time the thread spent runnable but
+not running since the previous read (the kernel's ``/proc/thread-self/schedstat``) is taken
+off.  A hold is then counted at least as long as the server's own work (and blocking calls)
+made it, less at most one period's waits for a CPU before it: never more than it was.  The
+cost is one wake-up and two small reads per :data:`PERIOD`, nothing per request.  Where
+``timerfd`` is missing (not Linux) the loop's own timer stands in, whose lateness also
+counts its resolution (about 1 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import math
 import os
 import time
 from collections import deque
@@ -52,14 +58,13 @@ class LoopHolds:
         self.maxima: deque[float] = deque([0.0], maxlen=SLOTS)  # the newest slot last
         self.slot = 0  # the newest slot's number (monotonic seconds // SLOT)
 
-    def record(self, late: float, expirations: int, now: float) -> None:
-        """The loop read the timer ``late`` seconds after its last expiration, and
-        ``expirations`` expired since the previous read (the earlier ones a period apart,
-        each served later by one more period)."""
+    def record(self, longest: float, expirations: int, now: float) -> None:
+        """``expirations`` expired since the previous read, a period apart, and the loop was
+        held ``longest`` seconds from the first of them (each later one, a period less)."""
         self.probes += expirations
-        self.over_limit += expirations - 1 + (late > LIMIT)
+        if longest > LIMIT:
+            self.over_limit += min(expirations, math.ceil((longest - LIMIT) / self.period))
         self._move_to(now)
-        longest = late + (expirations - 1) * self.period
         if longest > self.maxima[-1]:
             self.maxima[-1] = longest
 
@@ -92,6 +97,10 @@ class HoldProbe:
         self.holds = LoopHolds(period)
         self._fd = -1
         self._due = 0.0  # the fallback timer's next expiration (loop time)
+        #: The loop thread's /proc/thread-self/schedstat (-1: not readable), and the time it
+        #: had waited for a CPU at the previous read.
+        self._schedstat = -1
+        self._waited = 0.0
 
     def stats(self) -> list[tuple[str, object]]:
         """The ``stats`` lines (see :meth:`LoopHolds.stats`)."""
@@ -105,6 +114,11 @@ class HoldProbe:
         except OSError as e:
             log.info("loop_hold_probe_fallback", reason=e.strerror)
         try:
+            self._schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            self._waited = self._cpu_wait()
+        except OSError:
+            self._schedstat = -1
+        try:
             if self._fd >= 0:
                 loop.add_reader(self._fd, self._expired)
             else:
@@ -116,20 +130,39 @@ class HoldProbe:
                 loop.remove_reader(self._fd)
                 os.close(self._fd)
                 self._fd = -1
+            if self._schedstat >= 0:
+                os.close(self._schedstat)
+                self._schedstat = -1
+
+    def _cpu_wait(self) -> float:
+        """Seconds the loop's thread has been runnable without a CPU (0 when unknown)."""
+        if self._schedstat < 0:
+            return 0.0
+        try:
+            return int(os.pread(self._schedstat, 64, 0).split()[1]) * 1e-9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def _held(self, longest: float, expirations: int) -> None:
+        """Record a hold of ``longest`` seconds, less what the thread waited for a CPU."""
+        waited = self._cpu_wait()
+        longest -= waited - self._waited
+        self._waited = waited
+        self.holds.record(max(longest, 0.0), expirations, time.monotonic())
 
     def _expired(self) -> None:
         try:
             expirations = int.from_bytes(os.read(self._fd, 8), "little")
         except BlockingIOError:
             return
-        late = self.period - _remaining(self._fd)
-        self.holds.record(late, expirations, time.monotonic())
+        late = self.period - _remaining(self._fd)  # after the last expiration
+        self._held(late + (expirations - 1) * self.period, expirations)
 
     def _timer(self, loop: asyncio.AbstractEventLoop) -> None:
         """Without timerfd: the loop's own timer, kept on its schedule."""
         late = time.monotonic() - self._due
         missed = int(late // self.period) if late > 0 else 0
-        self.holds.record(late - missed * self.period, missed + 1, time.monotonic())
+        self._held(late, missed + 1)
         self._due += (missed + 1) * self.period
         loop.call_at(self._due, self._timer, loop)
 
