@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kestreld.journal import codec
 from kestreld.journal.large_write import LARGE_WRITE_BYTES, OVERTAKE_BYTES
+from kestreld.journal.segment import SegmentReader
 from kestreld.journal.writer import WriterJournal
 
 MiB = 1024 * 1024
@@ -149,4 +150,28 @@ def test_a_large_record_torn_before_a_later_segment_is_cut_at_start_up(tmp_path)
     assert (older.first_id, older.last_id, older.items) == (1, 1, 1)
     assert os.path.getsize(tmp_path / "q.1000") == older.size
     assert w.next_id == 4
+    w.close()
+
+
+def test_a_large_put_is_read_back_whole_and_the_reads_go_on_after_it(tmp_path):
+    """The read-behind reads a large put's data alone (one copy), then what follows it."""
+    large = bytes(range(256)) * (9 * MiB // 256)
+    (tmp_path / "q.1000").write_bytes(
+        codec.WRITER_MAGIC
+        + codec.encode_put(1, 1, b"first")
+        + codec.encode_put(2, 1, large, expire_time=5)
+        + codec.encode_put(3, 1, b"third")
+    )
+    w = WriterJournal(str(tmp_path), "q", max_journal_size=64 * MiB, sync_journal=None)
+    w.open([(1000, str(tmp_path / "q.1000"))])
+    seg = w.segments[0]
+    reader = SegmentReader()
+    puts, offset, problem = reader.read(seg, codec.MAGIC_SIZE, 1024)
+    assert [p.data for p in puts] == [b"first"] and problem is None
+    puts, offset, problem = reader.read(seg, offset, 1024)
+    assert [(p.id, p.expire_time, p.data == large) for p in puts] == [(2, 5, True)]
+    assert problem is None and offset == puts[0].offset + puts[0].length
+    puts, offset, problem = reader.read(seg, offset, 1024)
+    assert [p.data for p in puts] == [b"third"] and offset == seg.visible
+    reader.close()
     w.close()
