@@ -118,8 +118,7 @@ class Server:
         self.stats = ServerStats()
         self.stat_lines = StatLinesCache()  # each queue's stats lines, redone when it changed
         self.connections: set[MemcacheConnection] = set()
-        #: Polls for a lone client's next request before the loop sleeps (busy_poll_us, else
-        #: the build's default; off: 0).
+        #: Polls for a lone client's next request (busy_poll_us; None: the build's default).
         poll_us = config.busy_poll_us
         self.busy_poll = BusyPoll(DEFAULT_LIMIT_US if poll_us is None else poll_us)
         self.loop_hold = HoldProbe()  # how late the loop serves a timer (loop_hold_* stats)
@@ -275,10 +274,11 @@ class Server:
             tls=self.tls is not None,
             auth=self.authenticator is not None,
         )
-        # What start-up freed (compiled config and modules, the journals' replay, which
-        # is large for a restart with a backlog) lies in holes between what stays: given
-        # back now, once, before the server has anything else to do.
+        # What start-up freed (compiled config and modules, the journals' replay: large for
+        # a restart with a backlog) is given back now, once; what stays is frozen, so the
+        # cycle collector's full passes skip it (7 ms of the event loop each, 2 frozen).
         heap.release()
+        gc.freeze()
         if self.role is not None:
             self.role.announce_ready()
 
