@@ -17,8 +17,12 @@ On a machine with more runnable threads than cores, the loop's thread also waits
 and that wait is the machine's, not the server's: the time the thread spent runnable but
 not running since the previous read (the kernel's ``/proc/thread-self/schedstat``) is taken
 off.  A hold is then counted at least as long as the server's own work (and blocking calls)
-made it, less at most one period's waits for a CPU before it: never more than it was.  The
-cost is one wake-up and two small reads per :data:`PERIOD`, nothing per request.  Where
+made it, less at most one period's waits for a CPU before it: never more than it was.
+
+The cost is one wake-up and two small reads per period, nothing per request: while the
+loop's thread runs :data:`BUSY_SHARE` of the time or more the period is :data:`PERIOD`;
+after :data:`QUIET_READS` reads below that it is :data:`IDLE_PERIOD` (a wake-up every 20 ms
+cost an idle server 0.6 % of a core on a virtual machine), until the loop is busy again.  Where
 ``timerfd`` is missing (not Linux) the loop's own timer stands in, whose lateness also
 counts its resolution (about 1 ms).
 """
@@ -36,8 +40,14 @@ import structlog
 
 log = structlog.get_logger("kestreld.loop")
 
-#: How often the probe asks: a wake-up this often costs an idle server about 0.1 % of a core.
+#: How often the probe asks while the server is busy.
 PERIOD = 0.02
+#: How often it asks while the server is idle (the loop thread below BUSY_SHARE of the time).
+IDLE_PERIOD = 1.0
+#: The share of the time the loop's thread runs from which the server counts as busy.
+BUSY_SHARE = 0.02
+#: Reads below BUSY_SHARE in a row before the probe slows down to IDLE_PERIOD (a second).
+QUIET_READS = 50
 #: A hold longer than this counts in ``loop_hold_over_1ms``: the fairness goal (issue 55).
 LIMIT = 0.001
 #: ``loop_hold_max_us`` is the longest in the last SLOTS slots of SLOT seconds (a minute).
@@ -92,15 +102,18 @@ class LoopHolds:
 class HoldProbe:
     """The timer of one event loop and its :class:`LoopHolds`; :meth:`run` as a task."""
 
-    def __init__(self, period: float = PERIOD) -> None:
-        self.period = period
-        self.holds = LoopHolds(period)
+    def __init__(self) -> None:
+        self.period = PERIOD  # IDLE_PERIOD while the loop is idle
+        self.holds = LoopHolds(PERIOD)
         self._fd = -1
         self._due = 0.0  # the fallback timer's next expiration (loop time)
-        #: The loop thread's /proc/thread-self/schedstat (-1: not readable), and the time it
-        #: had waited for a CPU at the previous read.
+        #: The loop thread's /proc/thread-self/schedstat (-1: not readable), and at the
+        #: previous read: the time it had run, had waited for a CPU, and when it was read.
         self._schedstat = -1
+        self._ran = 0.0
         self._waited = 0.0
+        self._read_at = 0.0
+        self._quiet = 0  # reads in a row with the loop below BUSY_SHARE
 
     def stats(self) -> list[tuple[str, object]]:
         """The ``stats`` lines (see :meth:`LoopHolds.stats`)."""
@@ -115,9 +128,10 @@ class HoldProbe:
             log.info("loop_hold_probe_fallback", reason=e.strerror)
         try:
             self._schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-            self._waited = self._cpu_wait()
         except OSError:
             self._schedstat = -1
+        self._ran, self._waited = self._sched()
+        self._read_at = time.monotonic()
         try:
             if self._fd >= 0:
                 loop.add_reader(self._fd, self._expired)
@@ -134,21 +148,39 @@ class HoldProbe:
                 os.close(self._schedstat)
                 self._schedstat = -1
 
-    def _cpu_wait(self) -> float:
-        """Seconds the loop's thread has been runnable without a CPU (0 when unknown)."""
+    def _sched(self) -> tuple[float, float]:
+        """Seconds the loop's thread has run, and has been runnable without a CPU (both 0
+        when unknown)."""
         if self._schedstat < 0:
-            return 0.0
+            return 0.0, 0.0
         try:
-            return int(os.pread(self._schedstat, 64, 0).split()[1]) * 1e-9
-        except (OSError, IndexError, ValueError):
-            return 0.0
+            ran, waited = os.pread(self._schedstat, 64, 0).split()[:2]
+            return int(ran) * 1e-9, int(waited) * 1e-9
+        except (OSError, ValueError):
+            return 0.0, 0.0
 
     def _held(self, longest: float, expirations: int) -> None:
-        """Record a hold of ``longest`` seconds, less what the thread waited for a CPU."""
-        waited = self._cpu_wait()
+        """Record a hold of ``longest`` seconds, less what the thread waited for a CPU; then
+        choose the period by how busy the loop was since the previous read."""
+        now = time.monotonic()
+        ran, waited = self._sched()
         longest -= waited - self._waited
-        self._waited = waited
-        self.holds.record(max(longest, 0.0), expirations, time.monotonic())
+        self.holds.record(max(longest, 0.0), expirations, now)
+        busy = self._schedstat < 0 or ran - self._ran >= BUSY_SHARE * (now - self._read_at)
+        self._ran, self._waited, self._read_at = ran, waited, now
+        if busy:
+            self._quiet = 0
+            if self.period != PERIOD:
+                self._set_period(PERIOD)
+        elif self.period == PERIOD:
+            self._quiet += 1
+            if self._quiet >= QUIET_READS:
+                self._set_period(IDLE_PERIOD)
+
+    def _set_period(self, period: float) -> None:
+        self.period = self.holds.period = period
+        if self._fd >= 0:
+            _arm(self._fd, period)
 
     def _expired(self) -> None:
         try:
@@ -194,13 +226,22 @@ def _timerfd(period: float) -> int:
     if fd < 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
+    try:
+        _arm(fd, period)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _arm(fd: int, period: float) -> None:
+    """Make ``fd`` expire every ``period`` seconds from now."""
     sec, nsec = divmod(round(period * 1e9), 1_000_000_000)
     every = _Timespec(sec, nsec)
-    if _libc.timerfd_settime(fd, 0, ctypes.byref(_Itimerspec(every, every)), None) < 0:
+    spec = _Itimerspec(every, every)
+    if _libc.timerfd_settime(fd, 0, ctypes.byref(spec), None) < 0:  # type: ignore[union-attr]
         errno = ctypes.get_errno()
-        os.close(fd)
         raise OSError(errno, os.strerror(errno))
-    return fd
 
 
 def _remaining(fd: int) -> float:

@@ -11,7 +11,15 @@ import uvloop
 from kestreld_process import Conn
 from metrics_scrape import METRICS_CONFIG, scrape
 
-from kestreld.loop.hold import PERIOD, SLOT, SLOTS, HoldProbe, LoopHolds
+from kestreld.loop.hold import (
+    IDLE_PERIOD,
+    PERIOD,
+    QUIET_READS,
+    SLOT,
+    SLOTS,
+    HoldProbe,
+    LoopHolds,
+)
 from kestreld.workers.box_stats import merge_stats
 
 
@@ -74,6 +82,24 @@ def test_a_callback_that_holds_the_loop_shows_in_the_longest_hold(factory):
     # it, the first 180 ms before its end; less at most a period of CPU waits before it.
     assert stats["loop_hold_max_us"] >= 100_000
     assert stats["loop_hold_over_1ms"] >= 5
+
+
+def test_the_probe_slows_down_while_the_loop_is_idle_and_speeds_up_when_it_works():
+    async def main() -> list[float]:
+        probe = HoldProbe()
+        task = asyncio.create_task(probe.run())
+        periods = [probe.period]
+        await asyncio.sleep((QUIET_READS + 10) * PERIOD)  # idle
+        periods.append(probe.period)
+        began = time.thread_time()
+        while time.thread_time() - began < 0.2:  # 200 ms of CPU: busy
+            pass
+        await asyncio.sleep(IDLE_PERIOD + 0.2)  # the next read sees it
+        periods.append(probe.period)
+        task.cancel()
+        return periods
+
+    assert asyncio.run(main()) == [PERIOD, IDLE_PERIOD, PERIOD]
 
 
 def test_the_server_reports_its_loop_holds_in_stats_and_metrics(make_server):
