@@ -93,6 +93,8 @@ class ServerState(Protocol):
     connections: set[Any]
     #: The event loop's poll after a reply (kestreld.loop.busy_poll.BusyPoll).
     busy_poll: Any
+    #: How late the event loop serves a timer (kestreld.loop.hold.HoldProbe).
+    loop_hold: Any
     loop: asyncio.AbstractEventLoop
     #: Called with (kind, seconds[, queue or reader name]) for "set", "get_hit" and
     #: "get_timeout" (metrics).

@@ -53,6 +53,8 @@ class SuiteFigures:
     idle_rss: float = 0.0
     backlog_rss: float = 0.0
     fairness: float = 0.0  # 64 B sets/s beside a flood of 8 MiB items
+    #: kestreld's longest event-loop hold meanwhile (``loop_hold_max_us``), ms; None: not known
+    fairness_hold_ms: float | None = None
     hangups: float = 0.0
     alive: bool = False
 
@@ -113,6 +115,7 @@ def _fairness(port: int, pid: int, sizes: SuiteSizes, procs: int, f: SuiteFigure
     flood.start()
     time.sleep(0.5)
     f.fairness = db(port, sizes.n(100_000), 0, procs=1)
+    f.fairness_hold_ms = _loop_hold_ms(port)
     flood.terminate()
     flood.join()
     f.hangups = db(port, sizes.n(100_000), sizes.n(100_000), bad=3, procs=procs)
@@ -153,6 +156,14 @@ def _flood_large(port: int) -> None:
             conn.line()
 
 
+def _loop_hold_ms(port: int) -> float | None:
+    """The server's longest event-loop hold of the last minute (kestreld's ``stats``), ms;
+    None for a server without it (Darner)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        held = Conn(sock).stats().get("loop_hold_max_us")
+    return int(held) / 1000 if held is not None else None
+
+
 def _alive(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
@@ -188,6 +199,10 @@ def suite_table(figures: dict[str, SuiteFigures], sizes: SuiteSizes) -> Table:
         row(
             "fairness: 64 B sets/s while one client floods 8 MiB items",
             lambda f: rates([f.fairness]),
+        ),
+        row(
+            "fairness: the server's longest event-loop hold meanwhile (`loop_hold_max_us`)",
+            lambda f: f"{f.fairness_hold_ms:.1f} ms" if f.fairness_hold_ms is not None else "-",
         ),
         row(
             f"resident memory after growing to and draining {drained} items of 1 KiB (idle first)",

@@ -37,6 +37,11 @@ log = structlog.get_logger("kestreld.journal")
 #: A tick's buffered records of at least this size are written off the event loop.
 LARGE_WRITE_BYTES = 512 * 1024
 
+#: Batches stored behind a large one that resolve per turn of the loop once it has: thousands
+#: may have waited behind an 8 MiB write, each offering its items to the readers (resolved
+#: in one callback they held the loop for tens of ms).
+RESOLVE_SLICE = 128
+
 #: While a write of at least this size is in flight, later puts start the next segment; behind
 #: a smaller one (a burst of small puts adding up, written in well under a millisecond) they
 #: wait, so that busy ticks do not each leave a segment of their own.
@@ -70,6 +75,13 @@ class LargeWrite:
             return e
         return None
 
+    def let_go(self) -> None:
+        """The write is over: drop the future, whose done callback refers back to this
+        write.  Freed by their counts then, its batch and its item's data (8 MiB) go at
+        once, not in a cycle collection that frees them all together on the event loop
+        (collections of 10 ms were seen with several large items in them)."""
+        self.future = None  # type: ignore[assignment]
+
     def retire_when_done(self) -> None:
         """The writer moved on to a new segment: ``fd`` is retired once written."""
         self.retire = True
@@ -84,7 +96,7 @@ class LargeWrites:
     writer only through the writer's verbs (``take_buffer``, ``_acknowledge``, ...).
     """
 
-    __slots__ = ("writer", "write", "ahead", "deferred", "waiters")
+    __slots__ = ("writer", "write", "ahead", "deferred", "waiters", "draining")
 
     def __init__(self, writer: Any) -> None:
         self.writer = writer  # the WriterJournal owning this (compiled or not: Any)
@@ -97,6 +109,9 @@ class LargeWrites:
         self.deferred: list[Batch] = []  # stored behind ``ahead``, oldest first
         #: Called once no large write is in flight or buffered (see :meth:`busy`).
         self.waiters: list[Callable[[], None]] = []
+        #: The large batch resolved and ``deferred`` resolves a slice per turn: ``ahead`` is
+        #: the newest deferred batch, so that batches made meanwhile queue behind them.
+        self.draining = False
 
     def may_overtake(self) -> bool:
         """A put may go to a worker thread as it is made (later puts then overtake it): no
@@ -138,10 +153,13 @@ class LargeWrites:
             self.finish(large.wait())
 
     def wait(self) -> None:
-        """Block until the large write in flight is done (a rotation, a shutdown)."""
+        """Block until the large write in flight is done and every batch behind it resolved
+        (a rotation, a shutdown)."""
         large = self.write
         if large is not None:
             self.finish(large.wait())
+        while self.draining:
+            self.resolve_slice()
 
     def retire(self, fd: int) -> bool:
         """The writer leaves ``fd``: True when the write in flight retires it once done."""
@@ -157,6 +175,7 @@ class LargeWrites:
         batches stored meanwhile in the next segment resolve after it."""
         large, self.write = self.write, None
         assert large is not None
+        large.let_go()
         writer = self.writer
         sync = writer.sync
         seg = large.segment
@@ -197,6 +216,7 @@ class LargeWrites:
         seg = large.segment
         if large.wait() is None:
             seg.wrote_to(large.end)
+        large.let_go()
         large.batch.resolve(error)
         if large.retire:  # a segment before the current one: cut back likewise
             try:
@@ -208,19 +228,48 @@ class LargeWrites:
 
     def ahead_resolved(self) -> None:
         """The large batch resolved (or failed): the batches stored behind it resolve, in
-        order, and a large put waiting for its turn may go."""
+        order, :data:`RESOLVE_SLICE` per turn of the loop; then a large put waiting for its
+        turn may go."""
+        if self.draining:
+            return  # a failure while draining: the slices go on
+        if self.deferred:
+            self.draining = True
+            self.ahead = self.deferred[-1]
+            self.resolve_slice()
+            return
         self.ahead = None
-        deferred = self.deferred
-        if deferred:
-            self.deferred = []
-            for batch in deferred:
-                batch.resolve()
         self.writer.flush_pending()  # a large buffer may have waited
         self.free()
 
+    def resolve_slice(self) -> None:
+        """Resolve the oldest :data:`RESOLVE_SLICE` deferred batches; the rest on the loop's
+        next turn (at once without a running loop)."""
+        deferred = self.deferred
+        batches = deferred[:RESOLVE_SLICE]
+        del deferred[:RESOLVE_SLICE]
+        for batch in batches:
+            batch.resolve()
+        if deferred:
+            try:
+                asyncio.get_running_loop().call_soon(self._next_slice)
+            except RuntimeError:  # no event loop (offline tools): all now
+                self.resolve_slice()
+            return
+        self.draining = False
+        self.ahead = None
+        self.writer.flush_pending()  # a large buffer may have waited
+        self.free()
+
+    def _next_slice(self) -> None:
+        if self.draining:  # not finished meanwhile by a wait()
+            self.resolve_slice()
+
     def defer(self, batch: Batch) -> None:
-        """``batch`` is stored behind the unresolved large batch: it resolves after it."""
+        """``batch`` is stored behind the unresolved large batch: it resolves after it (and
+        while those behind it drain, later batches queue behind this one)."""
         self.deferred.append(batch)
+        if self.draining:
+            self.ahead = batch
         batch.store()
 
     def free(self) -> None:

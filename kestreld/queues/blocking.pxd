@@ -4,6 +4,9 @@ cimport cython
 
 from kestreld.journal.tick cimport Tick
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void *op)
+
 
 cdef int PENDING, SERVED, CANCELLED
 

@@ -119,6 +119,19 @@ GLOBAL_METRICS: dict[str, MetricSpec] = {
         "Server CPU a lone client's request costs less when polling (negative: more).",
         scale=1e-9,
     ),
+    # How late the event loop serves a timer (kestreld/loop/hold.py).
+    "loop_hold_max_us": MetricSpec(
+        "kestreld_loop_hold_max_seconds",
+        _GAUGE,
+        "Longest the event loop was held (busy, not serving I/O) in the last minute.",
+        scale=1e-6,
+    ),
+    "loop_hold_probes": MetricSpec(
+        "kestreld_loop_hold_probes", _COUNTER, "Instants the event loop's hold was probed."
+    ),
+    "loop_hold_over_1ms": MetricSpec(
+        "kestreld_loop_hold_over_1ms", _COUNTER, "Probes the event loop was held over 1 ms at."
+    ),
 }
 
 #: Per-queue ``stats`` keys (``queue_<name>_<key>``), labelled ``queue``.
@@ -228,7 +241,8 @@ class StatsSnapshot:
         """Read a running server's figures; call on its event loop's thread."""
         return cls(
             global_stats(server.stats, server.queues, len(server.connections), __version__)
-            + server.busy_poll.stats(),
+            + server.busy_poll.stats()
+            + server.loop_hold.stats(),
             queue_stats(server.queues),
             server.status,
             server.zookeeper_connected if server.membership is not None else None,

@@ -34,8 +34,12 @@ SUMMED = frozenset(
         "worker_requests_crossed",
         "handoffs",
         "handoffs_received",
+        "loop_hold_probes",
+        "loop_hold_over_1ms",
     }
 )
+#: Server lines that are each worker's longest: the box's is the longest of them.
+LONGEST = frozenset({"loop_hold_max_us"})
 #: Lines a worker adds for this merge only: its channel connections (open, ever).
 CHANNEL_OPEN = "worker_channel_connections"
 CHANNEL_TOTAL = "worker_channel_connections_total"
@@ -75,6 +79,8 @@ def merge_stats(replies: list[bytes | None], serving: int) -> bytes:
                 values[key] = value
             elif key in SUMMED or key.startswith("queue_"):
                 values[key] = _add(values[key], value)
+            elif key in LONGEST:
+                values[key] = str(max(int(values[key]), int(value)))
     if "curr_connections" in values:
         values["curr_connections"] = str(int(values["curr_connections"]) - channels_open)
     if "total_connections" in values:

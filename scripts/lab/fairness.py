@@ -19,8 +19,11 @@ this machine's scheduling).
 -g 0 -i 8388608`` (10 connections) floods ``db_bench`` while ``db -s --sets -g 0`` (10
 connections, 64 B) is timed; prints its requests per second and latency percentiles.
 
-Prints small sets/s, large sets/s, the small client's latency percentiles and the probe's
-worst round trip.
+Prints small sets/s, large sets/s, the small client's latency percentiles, the probe's
+worst round trip, and the server's own figure: ``loop_hold_max_us``, the longest its event
+loop was held in the last minute, and the share of instants it was held over 1 ms
+(kestreld/loop/hold.py).  ``--config 'max_memory_size = 1MB'`` with ``--flood-gets`` makes
+each large item go through the read-behind (read back from its journal).
 """
 
 from __future__ import annotations
@@ -179,9 +182,25 @@ def one_round(args: argparse.Namespace) -> tuple[float, float, list[float], floa
             flooder.join()
             prober.join()
             large_rate = counter.value / (stop_at - begin)
+            held = _loop_holds(server.port)
         finally:
             server.stop()
-    return len(latencies) / args.seconds, large_rate, latencies, worst
+    return len(latencies) / args.seconds, large_rate, latencies, worst, held
+
+
+def _loop_holds(port: int) -> str:
+    """The server's longest loop hold of the last minute, and its share of instants held
+    over 1 ms."""
+    sock = _connect(port)
+    sock.sendall(b"stats\r\n")
+    raw = b""
+    while not raw.endswith(b"END\r\n"):
+        raw += sock.recv(65536)
+    sock.close()
+    stats = dict(line.split(" ", 2)[1:] for line in raw.decode().split("\r\n")[:-2])
+    probes = max(1, int(stats["loop_hold_probes"]))
+    over = int(stats["loop_hold_over_1ms"]) / probes
+    return f"loop held max {int(stats['loop_hold_max_us']) / 1000:.1f} ms, over 1 ms {over:.1%}"
 
 
 def main() -> None:
@@ -202,7 +221,7 @@ def main() -> None:
             print(f"round {i + 1}: db: {db_round(args)}", flush=True)
         sys.exit(0)
     for i in range(args.rounds):
-        rate, large_rate, lat, worst = one_round(args)
+        rate, large_rate, lat, worst, held = one_round(args)
         lat.sort()
         pct = [lat[int(len(lat) * q)] * 1e3 for q in (0.5, 0.99, 0.999)] if lat else [0, 0, 0]
         print(
@@ -210,7 +229,7 @@ def main() -> None:
             f"large {args.large} B sets/s {large_rate:,.1f}  "
             f"small latency ms p50 {pct[0]:.3f} p99 {pct[1]:.3f} p99.9 {pct[2]:.3f} "
             f"max {max(lat, default=0) * 1e3:.3f} mean {statistics.fmean(lat or [0]) * 1e3:.3f}  "
-            f"version probe worst ms {worst * 1e3:.3f}",
+            f"version probe worst ms {worst * 1e3:.3f}  {held}",
             flush=True,
         )
     sys.exit(0)

@@ -330,6 +330,7 @@ def test_darner_suite_prints_every_scenario_of_darners_table(tmp_path, capsys):
                      "items queued", "hang up mid-request"):  # fmt: skip
         assert scenario in out
     assert "alive" in out and "DEAD" not in out
+    assert "longest event-loop hold" in out and " ms" in out  # kestreld's loop_hold_max_us
 
 
 def test_queues_prints_what_idle_queues_cost(tmp_path, capsys):

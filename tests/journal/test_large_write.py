@@ -16,7 +16,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from kestreld.journal import codec
-from kestreld.journal.large_write import LARGE_WRITE_BYTES, OVERTAKE_BYTES
+from kestreld.journal.large_write import LARGE_WRITE_BYTES, OVERTAKE_BYTES, RESOLVE_SLICE
+from kestreld.journal.segment import SegmentReader
 from kestreld.journal.writer import WriterJournal
 
 MiB = 1024 * 1024
@@ -91,6 +92,40 @@ def test_puts_behind_a_large_write_go_to_the_next_segment_in_id_order(tmp_path):
     assert ids == [[1], [2, 3, 4]]
 
 
+def test_batches_behind_a_large_write_resolve_a_slice_per_turn_in_order(tmp_path):
+    """Thousands of ticks may be stored behind an 8 MiB write: once it is written they
+    resolve RESOLVE_SLICE per turn of the loop, not all in one callback; a put made while
+    they do resolves after them."""
+    order: list[int] = []
+    seen: dict[str, int] = {}
+
+    async def scenario(w, gate):
+        loop = asyncio.get_running_loop()
+        large = w.put(1, b"L" * OVERTAKE_BYTES)
+        await asyncio.sleep(0.01)
+        smalls = []
+        for i in range(3 * RESOLVE_SLICE):  # a batch per turn
+            smalls.append(w.put(2 + i, b"small"))
+            smalls[-1].add_done_callback(lambda b, i=i: order.append(i))
+            await asyncio.sleep(0)
+        await _until(lambda: all(b.stored for b in smalls))
+        late: list = []
+
+        def next_turn() -> None:
+            seen["done"] = sum(b.done for b in smalls)
+            late.append(w.put(9999, b"late"))
+            late[0].add_done_callback(lambda b: order.append(-1))
+
+        large.add_done_callback(lambda b: loop.call_soon(next_turn))
+        gate.set()
+        await _until(lambda: bool(late) and late[0].done)
+        assert all(b.error is None for b in smalls)
+
+    _run_with_busy_worker(tmp_path, None, scenario)
+    assert seen["done"] == RESOLVE_SLICE  # one slice in the turn the large write ended
+    assert order == [*range(3 * RESOLVE_SLICE), -1]
+
+
 def test_with_sync_journal_0_puts_behind_a_large_write_are_stored_after_their_fsync(tmp_path):
     async def scenario(w, gate):
         large = w.put(1, b"L" * OVERTAKE_BYTES)
@@ -149,4 +184,28 @@ def test_a_large_record_torn_before_a_later_segment_is_cut_at_start_up(tmp_path)
     assert (older.first_id, older.last_id, older.items) == (1, 1, 1)
     assert os.path.getsize(tmp_path / "q.1000") == older.size
     assert w.next_id == 4
+    w.close()
+
+
+def test_a_large_put_is_read_back_whole_and_the_reads_go_on_after_it(tmp_path):
+    """The read-behind reads a large put's data alone (one copy), then what follows it."""
+    large = bytes(range(256)) * (9 * MiB // 256)
+    (tmp_path / "q.1000").write_bytes(
+        codec.WRITER_MAGIC
+        + codec.encode_put(1, 1, b"first")
+        + codec.encode_put(2, 1, large, expire_time=5)
+        + codec.encode_put(3, 1, b"third")
+    )
+    w = WriterJournal(str(tmp_path), "q", max_journal_size=64 * MiB, sync_journal=None)
+    w.open([(1000, str(tmp_path / "q.1000"))])
+    seg = w.segments[0]
+    reader = SegmentReader()
+    puts, offset, problem = reader.read(seg, codec.MAGIC_SIZE, 1024)
+    assert [p.data for p in puts] == [b"first"] and problem is None
+    puts, offset, problem = reader.read(seg, offset, 1024)
+    assert [(p.id, p.expire_time, p.data == large) for p in puts] == [(2, 5, True)]
+    assert problem is None and offset == puts[0].offset + puts[0].length
+    puts, offset, problem = reader.read(seg, offset, 1024)
+    assert [p.data for p in puts] == [b"third"] and offset == seg.visible
+    reader.close()
     w.close()

@@ -9,8 +9,8 @@ payload bytes are never taken for a command, whatever they hold.
 
 - A kept block (a ``set`` that may be stored) is buffered until it is whole;
   a large one is copied as it arrives into the bytes object the item will hold
-  (compiled; the plain build fills a bytearray, copied once at the end): no
-  join, no slice, no multi-millisecond copy of an 8 MiB item on the event loop.
+  (compiled: no join, no slice, no multi-millisecond copy of an 8 MiB item on the
+  event loop; the plain build keeps the chunks as they arrive and joins them once).
 - A skipped block (any other storage command, a refused ``set``) is dropped
   as it arrives: at most one packet is ever held of it.
 - A length that is not a number, negative, or beyond :data:`LENGTH_LIMIT`
@@ -150,7 +150,7 @@ class Framing:
         self.buf = b""  # input not parsed yet
         #: A large kept block being filled as it arrives (``filled`` bytes so far); once
         #: whole, it waits here for its terminator.
-        self.block_data: bytes | bytearray | None = None
+        self.block_data: bytes | list[bytes] | None = None
         self.filled = 0
         self.skip = 0  # bytes of a skipped block still to drop
         self.block_command: Command | None = None  # a kept block being read
@@ -377,28 +377,29 @@ class Framing:
         self.buf = rest
 
     def _block_whole(self) -> None:
-        """The block being filled is complete: the plain build's bytearray becomes bytes."""
+        """The block being filled is complete: the plain build's chunks become bytes."""
         if not COMPILED:
-            self.block_data = bytes(self.block_data)  # type: ignore[arg-type]
+            self.block_data = b"".join(self.block_data)  # type: ignore[arg-type]
 
 
-def _new_block(size: int) -> bytes | bytearray:
+def _new_block(size: int) -> bytes | list[bytes]:
     """An uninitialised block of ``size`` bytes to fill as it arrives.
 
     Compiled: the bytes object itself (CPython's idiom for building one; nothing else
-    sees it until it is whole).  Plain: a bytearray, turned into bytes once whole."""
+    sees it until it is whole).  Plain: a list of the chunks as they arrive, joined once
+    whole (one copy; a bytearray was zeroed, filled, then copied into bytes: three)."""
     if COMPILED:
         return PyBytes_FromStringAndSize(cython.NULL, size)
-    return bytearray(size)
+    return []
 
 
-def _fill(block: bytes | bytearray, at: int, data: bytes, n: int) -> None:
-    """Copy ``data[:n]`` into ``block`` at ``at``."""
+def _fill(block: bytes | list[bytes], at: int, data: bytes, n: int) -> None:
+    """Copy ``data[:n]`` into ``block`` at ``at`` (plain: keep it, the chunks in order)."""
     if COMPILED:
         target = block
         memcpy(cython.cast(cython.p_char, target) + at, cython.cast(cython.p_char, data), n)
         return
-    memoryview(block)[at : at + n] = memoryview(data)[:n]  # type: ignore[index]
+    block.append(data if n == len(data) else data[:n])  # type: ignore[union-attr]
 
 
 def _find_newline(data: bytes, pos: int, end: int) -> int:

@@ -51,6 +51,21 @@ def test_large_item_survives_a_restart(make_server):
     assert [c.get("big") for _ in range(4)] == [*items, None]
 
 
+def test_large_items_read_back_from_the_journal_past_max_memory_size_are_whole(make_server):
+    """Past ``max_memory_size`` items are read back from the journal (its data read alone,
+    kestreld/journal/segment.py): each large one whole, small ones beside them, in order."""
+    srv = make_server('max_memory_size = "1MiB"')
+    c = Conn(srv.connect())
+    expected = []
+    for n in range(3):
+        item = _item(20 + n)
+        c.send(b"set behind 0 0 %d\r\n" % len(item) + item + b"\r\n")
+        assert c.line() == b"STORED"
+        assert c.set("behind", f"small {n}") == b"STORED"
+        expected += [item, f"small {n}".encode()]
+    assert [c.get("behind") for _ in range(len(expected) + 1)] == [*expected, None]
+
+
 def test_small_sets_between_large_ones_keep_their_order(make_server):
     srv = make_server()
     big = Conn(srv.connect())
