@@ -78,12 +78,20 @@ def _set_every_queue(conn: Conn, set_one: bytes, n: int, items: int) -> None:
 
 
 def _stats(conn: Conn, pid: int) -> tuple[int, float, float]:
-    """One ``stats``: its size (bytes), its time until the END line (seconds), and the
-    server's CPU over that time (seconds: utime + stime, from /proc/PID/stat)."""
+    """One ``stats``: its size (bytes), its time until the last byte arrived (seconds), and
+    the server's CPU over that time (seconds: utime + stime, from /proc/PID/stat).  The reply
+    is read as bytes, not split into lines: the time is the server's and the transfer's."""
+    assert not conn.buf, "a reply before the stats is still unread"
     cpu = cpu_seconds(pid)
     started = time.perf_counter()
-    conn.send(b"stats\r\n")
-    size = sum(len(line) + 2 for line in conn.until_end())
+    conn.sock.sendall(b"stats\r\n")
+    size, tail = 0, b""
+    while not tail.endswith(b"\r\nEND\r\n"):  # no stat line is "END": the reply's end
+        chunk = conn.sock.recv(1 << 20)
+        if not chunk:
+            raise RuntimeError("queues: the server closed the connection during a stats")
+        size += len(chunk)
+        tail = (tail + chunk[-7:])[-7:]
     return size, time.perf_counter() - started, cpu_seconds(pid) - cpu
 
 
