@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from kestreld.bench.report import Table
-from kestreld.bench.servers import KestreldServer, cpu_seconds, rss
+from kestreld.bench.servers import KestreldServer, cpu_seconds, cpu_seconds_exact, rss
 from kestreld.testing.process import Conn
 
 MiB = 1024 * 1024
@@ -79,10 +79,11 @@ def _set_every_queue(conn: Conn, set_one: bytes, n: int, items: int) -> None:
 
 def _stats(conn: Conn, pid: int) -> tuple[int, float, float]:
     """One ``stats``: its size (bytes), its time until the last byte arrived (seconds), and
-    the server's CPU over that time (seconds: utime + stime, from /proc/PID/stat).  The reply
+    the server's CPU over that time (seconds, to the nanosecond: /proc/PID/task/*/schedstat;
+    utime + stime, in 10 ms ticks, would round a 30 ms call by a third).  The reply
     is read as bytes, not split into lines: the time is the server's and the transfer's."""
     assert not conn.buf, "a reply before the stats is still unread"
-    cpu = cpu_seconds(pid)
+    cpu = cpu_seconds_exact(pid)
     started = time.perf_counter()
     conn.sock.sendall(b"stats\r\n")
     size, tail = 0, b""
@@ -92,7 +93,7 @@ def _stats(conn: Conn, pid: int) -> tuple[int, float, float]:
             raise RuntimeError("queues: the server closed the connection during a stats")
         size += len(chunk)
         tail = (tail + chunk[-7:])[-7:]
-    return size, time.perf_counter() - started, cpu_seconds(pid) - cpu
+    return size, time.perf_counter() - started, cpu_seconds_exact(pid) - cpu
 
 
 def queues_table(runs: list[dict[str, float]]) -> Table:
