@@ -39,6 +39,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.queues.reader",
     "kestreld.queues.journaled_queue",
     "kestreld.queues.collection",
+    "kestreld.stats.queue_lines",
     "kestreld.session.traffic",
     "kestreld.session.gate",
     "kestreld.session.reply",

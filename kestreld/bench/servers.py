@@ -63,6 +63,17 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def cpu_seconds_exact(pid: int) -> float:
+    """The CPU seconds of a process's live threads to the nanosecond (their
+    ``/proc/PID/task/TID/schedstat``), for calls too short for :func:`cpu_seconds`'s
+    clock ticks (10 ms).  A thread that ended takes its time with it."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_bytes().split()[0])
+    return total / 1e9
+
+
 def pin(pid: int, cpus: frozenset[int] | None) -> None:
     """Every thread of ``pid`` (and those it starts later) on ``cpus`` only; None: anywhere.
     The one place a benchmark's placement is made, for servers and load generator alike."""

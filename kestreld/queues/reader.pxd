@@ -11,6 +11,7 @@ from kestreld.journal.clock cimport monotonic, now_ms
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.journal_reader cimport JournalReader
 from kestreld.journal.segment cimport Segment
+from kestreld.journal.writer cimport WriterJournal
 from kestreld.queues.blocking cimport BlockingQueue, Waiter
 from kestreld.queues.item cimport QueueItem
 
@@ -96,7 +97,6 @@ cdef class Reader:
     cpdef _drained(self)
     cpdef _expired(self, QueueItem item)
     cpdef _forward_expired(self, QueueItem item)
-    @cython.locals(logsize=cython.longlong, segment=Segment, memory=BlockingQueue)
-    cpdef str stat_lines(self, str prefix)
-    @cython.locals(memory=BlockingQueue, segments=list, count=Py_ssize_t)
+    @cython.locals(memory=BlockingQueue, journal=WriterJournal, segment=Segment,
+                   logsize=cython.longlong, rotations=cython.longlong)
     cpdef tuple stat_figures(self)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import time
 from dataclasses import dataclass, field
@@ -11,14 +10,7 @@ from kestreld.queues.collection import QueueCollection
 from kestreld.queues.reader import Reader
 from kestreld.session.traffic import COUNTERS as TRAFFIC_COUNTERS
 from kestreld.session.traffic import Traffic
-
-#: Per-queue keys, in the reference order.
-QUEUE_STAT_KEYS = (
-    "items", "bytes", "total_items", "logsize", "expired_items", "mem_items", "mem_bytes",
-    "age", "discarded", "waiters", "open_transactions", "transactions",
-    "canceled_transactions", "total_flushes", "journal_rewrites", "journal_rotations",
-    "punted_items", "oldest_item_age",
-)  # fmt: skip
+from kestreld.stats.queue_lines import QUEUE_STAT_KEYS, StatLinesCache
 
 
 @dataclass(slots=True)
@@ -101,19 +93,31 @@ def alias_stats(queues: QueueCollection) -> list[tuple[str, dict[str, object]]]:
     return [(name, queues.aliases[name].stats()) for name in sorted(queues.aliases)]
 
 
-def global_stats(
-    stats: ServerStats, queues: QueueCollection, connections: int, version: str
-) -> list[tuple[str, object]]:
-    now = time.time()
-    items = nbytes = total_items = reserved = 0
-    for queue in queues.queues.values():  # one pass: thousands of queues cost little
+def queue_totals(queues: QueueCollection) -> tuple[int, int, int, int]:
+    """``(curr_items, total_items, bytes, reserved memory)`` over every reader, in one pass
+    (a ``stats`` sums them while it renders the queues' lines: StatLinesCache.render)."""
+    items = total_items = nbytes = reserved = 0
+    for queue in queues.queues.values():
         journaled = queue.journal is not None
         for r in queue.reader_list:
             items += r.items
-            nbytes += r.bytes
             total_items += r.total_items
+            nbytes += r.bytes
             if journaled:
                 reserved += r.config.max_memory_size
+    return items, total_items, nbytes, reserved
+
+
+def global_stats(
+    stats: ServerStats,
+    queues: QueueCollection,
+    connections: int,
+    version: str,
+    totals: tuple[int, int, int, int] | None = None,
+) -> list[tuple[str, object]]:
+    """The server's keys; ``totals``: :func:`queue_totals`, when already summed."""
+    now = time.time()
+    items, total_items, nbytes, reserved = totals if totals is not None else queue_totals(queues)
     ratio = (reserved / _MEMORY) if _MEMORY else 0.0
     return [
         ("uptime", int(now - stats.started)),
@@ -141,92 +145,6 @@ def global_stats(
     ]
 
 
-@dataclass(slots=True)
-class StatLines:
-    """One reader's ``stats`` lines, kept while its figures stay the same."""
-
-    reader: Reader
-    figures: tuple
-    #: The oldest waiting item's add time: the head changes only with a figure (a take, a
-    #: put to an empty queue, an abort, an expiry, a load from disk all count somewhere).
-    added: int | None
-    text: bytes  # every line, ending in "STAT queue_<name>_oldest_item_age " (its value to come)
-
-
-@dataclass(slots=True)
-class StatLinesCache:
-    """Every reader's :class:`StatLines` by full name: a ``stats`` with thousands of idle
-    queues formats only the lines of those that changed (and each one's oldest_item_age,
-    which grows with the clock)."""
-
-    lines: dict[str, StatLines] = field(default_factory=dict)
-
-    def render(self, queues: QueueCollection) -> list[bytes]:
-        """The queues' and readers' stat lines, in ``stats`` order."""
-        # A render after every queue changed makes records per reader: tens of thousands of
-        # allocations, which start collections that walk the queues' objects (half the CPU
-        # of a 10,000-queue stats, profiled). Nothing made here forms a cycle, so reference
-        # counting frees all of it; the cyclic collector is paused for the render only.
-        if not gc.isenabled():
-            return self._render(queues)
-        gc.disable()
-        try:
-            return self._render(queues)
-        finally:
-            gc.enable()
-
-    def _render(self, queues: QueueCollection) -> list[bytes]:
-        now_ms = int(time.time() * 1000)
-        out: list[bytes] = []
-        cached = self.lines
-        kept: dict[str, StatLines] = {}
-        for qname in sorted(queues.queues):
-            if qname in queues.aliases:
-                continue  # masked by an alias: the alias's stats carry the name
-            queue = queues.queues[qname]
-            default = queue.readers.get("")
-            if default is None:  # fanout_only: no reader of its own
-                values = dict.fromkeys(QUEUE_STAT_KEYS, 0)
-                values["logsize"] = queue.journal.total_size if queue.journal else 0
-                values["total_items"] = queue.last_id
-                out.extend(f"STAT queue_{qname}_{k} {v}\r\n".encode() for k, v in values.items())
-            else:
-                self._reader_lines(out, qname, default, cached, kept, now_ms)
-            if default is not None and len(queue.reader_list) == 1:
-                continue  # no fanout readers (most queues): no list of none to build
-            children = queue.children()
-            if not children:
-                continue
-            names = ",".join(sorted(r.name for r in children))
-            out.append(f"STAT queue_{qname}_children {names}\r\n".encode())
-            for reader in sorted(children, key=lambda r: r.name):
-                self._reader_lines(out, reader.full_name, reader, cached, kept, now_ms)
-        self.lines = kept  # deleted queues' lines go
-        return out
-
-    @staticmethod
-    def _reader_lines(
-        out: list[bytes],
-        name: str,
-        reader: Reader,
-        cached: dict[str, StatLines],
-        kept: dict[str, StatLines],
-        now_ms: int,
-    ) -> None:
-        """Append one reader's lines to ``out``."""
-        figures = reader.stat_figures()
-        entry = cached.get(name)
-        if entry is None or entry.reader is not reader or entry.figures != figures:
-            added = reader.oldest_add_time()  # first: it may load the head from disk
-            prefix = f"STAT queue_{name}_"
-            text = f"{reader.stat_lines(prefix)}{prefix}oldest_item_age "
-            entry = StatLines(reader, reader.stat_figures(), added, text.encode())
-        kept[name] = entry
-        out.append(entry.text)
-        added = entry.added
-        out.append(b"%d\r\n" % (max(0, now_ms - added) if added is not None else 0))
-
-
 def render_stats(
     stats: ServerStats,
     queues: QueueCollection,
@@ -239,16 +157,22 @@ def render_stats(
 
     ``cache``: the server's, kept between calls (a new one each call costs a full render).
     """
-    server = [f"STAT {k} {v}\r\n" for k, v in global_stats(stats, queues, connections, version)]
-    server.extend(f"STAT {k} {v}\r\n" for k, v in extra)
-    aliases = [
-        f"STAT queue_{name}_{k} {v}\r\n"
-        for name, alias_values in alias_stats(queues)
-        for k, v in alias_values.items()
-    ]
-    queue_lines = (cache if cache is not None else StatLinesCache()).render(queues)
-    # Bytes throughout, joined once: one copy of a reply of megabytes, not three.
-    return b"".join(["".join(server).encode(), *queue_lines, "".join(aliases).encode(), b"END\r\n"])
+    out: list[bytes] = [b""]  # the server's lines, made once the queues' pass summed them
+    totals = (cache if cache is not None else StatLinesCache()).render(queues, out)
+    server = global_stats(stats, queues, connections, version, totals)
+    out[0] = "".join([f"STAT {k} {v}\r\n" for k, v in [*server, *extra]]).encode()
+    out.append(
+        "".join(
+            [
+                f"STAT queue_{name}_{k} {v}\r\n"
+                for name, alias_values in alias_stats(queues)
+                for k, v in alias_values.items()
+            ]
+        ).encode()
+    )
+    out.append(b"END\r\n")
+    # Bytes throughout, joined once: one copy of a reply of megabytes.
+    return b"".join(out)
 
 
 def render_dump_stats(queues: QueueCollection, names: list[str]) -> bytes:
