@@ -12,6 +12,7 @@ client, and the next request opens a new connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -91,8 +92,18 @@ class Upstream(asyncio.Protocol):
             await loop.create_unix_connection(lambda: self, sock=sock)
         except OSError as e:
             log.warning("worker_channel_failed", worker=self.index, error=str(e))
-            sock.close()
+            with contextlib.suppress(OSError):
+                sock.close()
             self.connection_lost(e)
+            return
+        if not isinstance(loop, asyncio.BaseEventLoop):  # uvloop, the server's loop
+            # libuv owns the descriptor now and closes it with the transport.  uvloop takes
+            # it from ``sock`` only when the transport closes after this point: one closed
+            # already (the client left while its channel connected) would leave ``sock`` to
+            # close the number again when collected, by then another connection's (the
+            # worker aborted in libuv: the memcache fuzzer at workers = 2).  asyncio's own
+            # loop keeps ``sock`` as its transport's socket: nothing to do there.
+            sock.detach()
 
     # --- what the router calls ------------------------------------------------------------
 
