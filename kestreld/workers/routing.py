@@ -342,7 +342,12 @@ class Router:
             upstream.request(request, shape, None)
         else:
             reply = self._hold(conn)
-            upstream.request(request, shape, lambda raw: _answer(conn, reply, raw or _gone(owner)))
+            # b"" is a reply: a monitor the client's half-close ended before any item.
+            upstream.request(
+                request,
+                shape,
+                lambda raw: _answer(conn, reply, _gone(owner) if raw is None else raw),
+            )
         if upstream.in_flight() >= MAX_IN_FLIGHT:
             # Back-pressure: the client's next requests wait until the owner answered some
             # (and a client that does not read its replies pauses as it would here).

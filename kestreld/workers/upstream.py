@@ -60,6 +60,24 @@ def reply_end(buf: bytes, pos: int, shape: int) -> int:
         return eol + 2
 
 
+def whole_items_end(buf: bytes) -> int:
+    """Where the whole get replies (``VALUE`` block, ``END``) at the start of ``buf`` end."""
+    pos = 0
+    while buf.startswith(b"VALUE ", pos):
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            break
+        try:
+            size = int(buf[pos:eol].split()[3])
+        except (IndexError, ValueError):
+            break
+        end = eol + 2 + size + 2
+        if not buf.startswith(b"END\r\n", end):
+            break
+        pos = end + 5
+    return pos
+
+
 class Upstream(asyncio.Protocol):
     """A connection to worker ``index``'s channel; requests are answered in order."""
 
@@ -178,6 +196,12 @@ class Upstream(asyncio.Protocol):
         self.lost = True
         self.unsent = []
         expected, self.expected = self.expected, deque()
+        if expected and self.eof and expected[0][0] == MONITOR:
+            # A monitor our half-close ended: the owner sent its whole items and no END,
+            # as to a client of its own, and closed (the items' reads go back there).
+            _, answer = expected.popleft()
+            answer(self.buf[: whole_items_end(self.buf)])
+        self.buf = b""
         if expected:
             log.warning("worker_channel_lost", worker=self.index, replies_lost=len(expected))
         for _, answer in expected:

@@ -14,7 +14,7 @@ from kestreld.config import ConfigError
 from kestreld.config.model import available_cores, build_config
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.ownership import Ownership, owner_of
-from kestreld.workers.upstream import LIST, MONITOR, ONE, Upstream, reply_end
+from kestreld.workers.upstream import LIST, MONITOR, ONE, Upstream, reply_end, whole_items_end
 
 
 def test_owner_is_crc32_of_the_name_mod_the_worker_count():
@@ -112,6 +112,14 @@ def test_a_monitor_reply_runs_through_its_items_to_the_last_end():
     buf = b"VALUE m 0 2\r\nM1\r\nEND\r\nVALUE m 0 2\r\nM2\r\nEND\r\nEND\r\nSTORED\r\n"
     assert reply_end(buf, 0, MONITOR) == len(buf) - len(b"STORED\r\n")
     assert reply_end(b"END\r\n", 0, MONITOR) == 5
+
+
+def test_a_monitor_cut_short_keeps_only_its_whole_items():
+    item = b"VALUE m 0 2\r\nM1\r\nEND\r\n"
+    assert whole_items_end(item + item) == 2 * len(item)
+    assert whole_items_end(item + b"VALUE m 0 2\r\nM2\r\n") == len(item)
+    assert whole_items_end(item[:-3]) == 0
+    assert whole_items_end(b"") == 0
 
 
 def test_a_channel_connection_closed_while_it_connects_closes_no_later_descriptor(tmp_path):
