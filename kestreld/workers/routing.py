@@ -384,6 +384,10 @@ class Router:
             for upstream in mine.values():
                 upstream.finish()
 
+    def waits_elsewhere(self, conn: Any) -> bool:
+        """True while ``conn`` has requests at an owner that are not answered yet."""
+        return any(upstream.in_flight() for upstream in (self.upstreams.get(conn) or {}).values())
+
     def stopping(self) -> None:
         """The worker stops: every owner answers what it was sent, without waiting."""
         for mine in self.upstreams.values():
@@ -514,12 +518,24 @@ class RoutedConnection(MemcacheConnection):
 
     def eof_received(self) -> bool | None:
         keep = super().eof_received()
-        if not self.framing.holds_input() and not self.held:
-            # Nothing of the client's is left to run: a wait at an owner ends now.  (With
-            # requests still buffered, they are sent on first; the owners' connections
-            # then close with the client's.)
+        if self.closing or (not self.framing.holds_input() and not self.held):
+            # Nothing of the client's is left to run (or will run: a quit was judged): a
+            # wait at an owner ends now.  (With requests still to judge, they are sent on
+            # first, and close() says it once they are.)
             self.server.router.client_finished(self)
         return keep
+
+    def close(self) -> None:
+        if self.eof and not self.closing:
+            # Every request the half-closed client sent is judged now: a wait at an owner
+            # ends (eof_received could not say so while requests were still held here).
+            self.server.router.client_finished(self)
+        super().close()
+        if not self.eof and not self.closed and self.server.router.waits_elsewhere(self):
+            # A quit behind a request crossed to an owner, as one server would, still hears
+            # the client's half-close (closing stops reading), which ends a wait there.
+            self.read_paused = False
+            self.transport.resume_reading()
 
 
 def in_key_order(keys: list[bytes], replies: list[bytes]) -> bytes:

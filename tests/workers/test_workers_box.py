@@ -184,6 +184,15 @@ def test_a_crossed_monitor_ended_by_the_clients_half_close_before_any_item_sends
     assert _half_closed(_on_worker(box, 0), f"monitor {other} 10 5\r\n") == b""
 
 
+def test_a_crossed_wait_of_a_half_closed_client_ends_at_once_with_a_quit_behind_it(box, names):
+    other = names[1]
+    conn = _on_worker(box, 0)
+    started = time.monotonic()
+    out = _half_closed(conn, f"get {other}/t=60000\r\nquit\r\n")
+    assert out.startswith(b"END\r\n")
+    assert time.monotonic() - started < 5, "the wait ended with the stream, not with /t="
+
+
 def test_kill_9_of_a_worker_restarts_it_and_its_items_come_back(box, names):
     victim_queue, other_queue = names  # worker 0 owns the first
     survivor = _on_worker(box, 1)
