@@ -164,7 +164,14 @@ class Router:
         replies: dict[int, bytes] = {}
 
         def answered(owner: int, raw: bytes | None) -> None:
-            replies[owner] = raw if raw is not None else _gone(owner)
+            if raw is None:
+                raw = _gone(owner)
+            elif len(groups[owner]) == 1 and not raw.startswith(b"VALUE "):
+                # A key alone at its owner got a lone get's answer (an error line for a
+                # refused queue, say); among several keys it just has no item, as one
+                # server answers.
+                raw = END
+            replies[owner] = raw
             if len(replies) == len(groups):
                 _answer(conn, reply, in_key_order(keys, list(replies.values())))
 
@@ -184,8 +191,11 @@ class Router:
     def _run(self, conn: Any, command: Command, args: list[bytes], owner: int, shape: int) -> None:
         if owner < 0 or owner == self.index:
             self.local += 1
-            if shape == ONE and args[0].lower() in (b"get", b"gets"):
+            word = args[0].lower()
+            if shape == ONE and word in (b"get", b"gets"):
                 self.run_waiting_for_moves(command, conn, args)
+            elif word == b"delete":
+                self.run_delete(command, conn, args)
             else:
                 command_run(command, conn, args)
             return
@@ -265,6 +275,14 @@ class Router:
 
         for batch in waiting:
             batch.add_done_callback(stored)
+
+    def run_delete(self, command: Command, conn: Any, args: list[bytes]) -> None:
+        """Run a delete here; the box's ``max_queues`` budget has the queue back at once
+        (a set of a new name right after it is not refused for a second)."""
+        command_run(command, conn, args)
+        box_queues = self.server.queues.box_queues
+        if box_queues is not None:
+            box_queues.publish(len(self.server.queues.queues))
 
     def run_set(self, command: Command, conn: Any, args: list[bytes], data: bytes) -> None:
         """Run a set here (a client's, or one another worker sent on)."""
