@@ -167,6 +167,11 @@ class KestreldProcess:
             pids[int(event["worker"])] = int(event["pid"])
         return pids
 
+    def pids(self) -> list[int]:
+        """The box's processes now: this one and, with workers, each worker (what the
+        server holds, its memory or its descriptors, is the sum over them)."""
+        return [self.pid, *self.worker_pids().values()]
+
     # --- talking to it --------------------------------------------------------------------
 
     def connect(self, timeout: float = 10.0) -> socket.socket:

@@ -95,7 +95,8 @@ def cmd_put_item(conn: ChannelConnection, args: list[bytes], data: bytes) -> Non
 
 def channel_commands(router: Any) -> dict[bytes, Command]:
     """The channel's table: the ordinary commands, their gets holding their reply until
-    the punts they caused are stored (Router.run_waiting_for_moves), their sets to an
+    the punts they caused are stored (Router.run_waiting_for_moves), their deletes giving
+    the box's ``max_queues`` budget back at once (Router.run_delete), their sets to an
     alias refused as NOT_STORED by another worker's full queue (Router.run_set), and
     ``put_item``."""
     table = dict(COMMANDS)
@@ -104,6 +105,16 @@ def channel_commands(router: Any) -> dict[bytes, Command]:
         command = Command(word, None, shape=original.shape, waits_for_sets=original.waits_for_sets)
         command.run = lambda conn, args, c=original: router.run_waiting_for_moves(c, conn, args)
         table[word] = command
+    original_delete = COMMANDS[b"delete"]
+    delete = Command(
+        b"delete",
+        None,
+        shape=original_delete.shape,
+        noreply_after=original_delete.noreply_after,
+        waits_for_sets=original_delete.waits_for_sets,
+    )
+    delete.run = lambda conn, args: router.run_delete(original_delete, conn, args)
+    table[b"delete"] = delete
     original_set = COMMANDS[b"set"]
     table[b"set"] = Command(
         b"set",

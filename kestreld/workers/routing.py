@@ -170,7 +170,14 @@ class Router:
         replies: dict[int, bytes] = {}
 
         def answered(owner: int, raw: bytes | None) -> None:
-            replies[owner] = raw if raw is not None else _gone(owner)
+            if raw is None:
+                raw = _gone(owner)
+            elif len(groups[owner]) == 1 and not raw.startswith(b"VALUE "):
+                # A key alone at its owner got a lone get's answer (an error line for a
+                # refused queue, say); among several keys it just has no item, as one
+                # server answers.
+                raw = END
+            replies[owner] = raw
             if len(replies) == len(groups):
                 _answer(conn, reply, in_key_order(keys, list(replies.values())))
 
@@ -190,8 +197,11 @@ class Router:
     def _run(self, conn: Any, command: Command, args: list[bytes], owner: int, shape: int) -> None:
         if owner < 0 or owner == self.index:
             self.local += 1
-            if shape == ONE and args[0].lower() in (b"get", b"gets"):
+            word = args[0].lower()
+            if shape == ONE and word in (b"get", b"gets"):
                 self.run_waiting_for_moves(command, conn, args)
+            elif word == b"delete":
+                self.run_delete(command, conn, args)
             else:
                 command_run(command, conn, args)
             return
@@ -293,6 +303,14 @@ class Router:
         for batch in waiting:
             batch.add_done_callback(stored)
 
+    def run_delete(self, command: Command, conn: Any, args: list[bytes]) -> None:
+        """Run a delete here; the box's ``max_queues`` budget has the queue back at once
+        (a set of a new name right after it is not refused for a second)."""
+        command_run(command, conn, args)
+        box_queues = self.server.queues.box_queues
+        if box_queues is not None:
+            box_queues.publish(len(self.server.queues.queues))
+
     def run_set(self, command: Command, conn: Any, args: list[bytes], data: bytes) -> None:
         """Run a set here (a client's, or one another worker sent on)."""
         mark = len(conn.out)
@@ -370,7 +388,12 @@ class Router:
             upstream.request(request, shape, None)
         else:
             reply = self._hold(conn)
-            upstream.request(request, shape, lambda raw: _answer(conn, reply, raw or _gone(owner)))
+            # b"" is a reply: a monitor the client's half-close ended before any item.
+            upstream.request(
+                request,
+                shape,
+                lambda raw: _answer(conn, reply, _gone(owner) if raw is None else raw),
+            )
         if upstream.in_flight() >= MAX_IN_FLIGHT:
             # Back-pressure: the client's next requests wait until the owner answered some
             # (and a client that does not read its replies pauses as it would here).
@@ -406,6 +429,10 @@ class Router:
         if mine:
             for upstream in mine.values():
                 upstream.finish()
+
+    def waits_elsewhere(self, conn: Any) -> bool:
+        """True while ``conn`` has requests at an owner that are not answered yet."""
+        return any(upstream.in_flight() for upstream in (self.upstreams.get(conn) or {}).values())
 
     def stopping(self) -> None:
         """The worker stops: every owner answers what it was sent, without waiting."""
@@ -560,12 +587,24 @@ class RoutedConnection(MemcacheConnection):
 
     def eof_received(self) -> bool | None:
         keep = super().eof_received()
-        if not self.framing.holds_input() and not self.held:
-            # Nothing of the client's is left to run: a wait at an owner ends now.  (With
-            # requests still buffered, they are sent on first; the owners' connections
-            # then close with the client's.)
+        if self.closing or (not self.framing.holds_input() and not self.held):
+            # Nothing of the client's is left to run (or will run: a quit was judged): a
+            # wait at an owner ends now.  (With requests still to judge, they are sent on
+            # first, and close() says it once they are.)
             self.server.router.client_finished(self)
         return keep
+
+    def close(self) -> None:
+        if self.eof and not self.closing:
+            # Every request the half-closed client sent is judged now: a wait at an owner
+            # ends (eof_received could not say so while requests were still held here).
+            self.server.router.client_finished(self)
+        super().close()
+        if not self.eof and not self.closed and self.server.router.waits_elsewhere(self):
+            # A quit behind a request crossed to an owner, as one server would, still hears
+            # the client's half-close (closing stops reading), which ends a wait there.
+            self.read_paused = False
+            self.transport.resume_reading()
 
 
 def in_key_order(keys: list[bytes], replies: list[bytes]) -> bytes:

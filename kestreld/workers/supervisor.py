@@ -34,7 +34,7 @@ import structlog
 from kestreld import __version__
 from kestreld.compiled import implementation
 from kestreld.config import ServerConfig
-from kestreld.security import AuthFileError, load_auth_file
+from kestreld.security import AuthFileError, TlsError, TlsFiles, build_context, load_auth_file
 from kestreld.state import StartupError
 
 log = structlog.get_logger("kestreld.supervisor")
@@ -88,13 +88,22 @@ class Supervisor:
         from kestreld.server import lock_queue_folder
 
         config = self.config
-        if config.auth_file is not None:
-            # Read once here too: a bad file stops the box, rather than every worker
-            # failing to start and being retried.
-            try:
+        # The security files are read once here too: a bad one stops the box, naming it,
+        # rather than every worker failing to start and being retried.
+        try:
+            if config.tls_cert_file is not None and config.tls_key_file is not None:
+                build_context(
+                    TlsFiles(
+                        config.tls_cert_file,
+                        config.tls_key_file,
+                        config.tls_ca_file,
+                        config.tls_verify_client,
+                    )
+                )
+            if config.auth_file is not None:
                 load_auth_file(config.auth_file)
-            except AuthFileError as e:
-                raise StartupError(str(e)) from None
+        except (TlsError, AuthFileError) as e:
+            raise StartupError(str(e)) from None
         self.lock_fd = lock_queue_folder(config.queue_path)
         # As one server: memcache's port 0 is off when another front end is on.
         if config.port or not (config.text_port or config.thrift_port):

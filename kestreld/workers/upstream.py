@@ -12,6 +12,7 @@ client, and the next request opens a new connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -59,6 +60,24 @@ def reply_end(buf: bytes, pos: int, shape: int) -> int:
         return eol + 2
 
 
+def whole_items_end(buf: bytes) -> int:
+    """Where the whole get replies (``VALUE`` block, ``END``) at the start of ``buf`` end."""
+    pos = 0
+    while buf.startswith(b"VALUE ", pos):
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            break
+        try:
+            size = int(buf[pos:eol].split()[3])
+        except (IndexError, ValueError):
+            break
+        end = eol + 2 + size + 2
+        if not buf.startswith(b"END\r\n", end):
+            break
+        pos = end + 5
+    return pos
+
+
 class Upstream(asyncio.Protocol):
     """A connection to worker ``index``'s channel; requests are answered in order."""
 
@@ -91,8 +110,18 @@ class Upstream(asyncio.Protocol):
             await loop.create_unix_connection(lambda: self, sock=sock)
         except OSError as e:
             log.warning("worker_channel_failed", worker=self.index, error=str(e))
-            sock.close()
+            with contextlib.suppress(OSError):
+                sock.close()
             self.connection_lost(e)
+            return
+        if not isinstance(loop, asyncio.BaseEventLoop):  # uvloop, the server's loop
+            # libuv owns the descriptor now and closes it with the transport.  uvloop takes
+            # it from ``sock`` only when the transport closes after this point: one closed
+            # already (the client left while its channel connected) would leave ``sock`` to
+            # close the number again when collected, by then another connection's (the
+            # worker aborted in libuv: the memcache fuzzer at workers = 2).  asyncio's own
+            # loop keeps ``sock`` as its transport's socket: nothing to do there.
+            sock.detach()
 
     # --- what the router calls ------------------------------------------------------------
 
@@ -167,6 +196,12 @@ class Upstream(asyncio.Protocol):
         self.lost = True
         self.unsent = []
         expected, self.expected = self.expected, deque()
+        if expected and self.eof and expected[0][0] == MONITOR:
+            # A monitor our half-close ended: the owner sent its whole items and no END,
+            # as to a client of its own, and closed (the items' reads go back there).
+            _, answer = expected.popleft()
+            answer(self.buf[: whole_items_end(self.buf)])
+        self.buf = b""
         if expected:
             log.warning("worker_channel_lost", worker=self.index, replies_lost=len(expected))
         for _, answer in expected:

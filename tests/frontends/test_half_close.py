@@ -89,7 +89,9 @@ def test_a_blocking_get_after_the_end_of_stream_does_not_wait(make_server):
 def test_an_open_read_of_a_half_closed_client_goes_back_when_it_closes(make_server):
     srv = make_server()
     c = srv.client()
-    c.set("openhc", b"one")
+    # Acknowledged before another connection reads it: pymemcache's default noreply set
+    # is ordered only on its own connection (with workers it may still be crossing).
+    assert c.set("openhc", b"one", noreply=False)
     out, _ = _half_close_exchange(srv, b"get openhc/open\r\n")
     assert out == b"VALUE openhc/open 0 3\r\none\r\nEND\r\n"
     deadline = time.monotonic() + 5
@@ -111,7 +113,7 @@ def test_a_half_sent_set_at_the_end_of_stream_stores_nothing(make_server):
 def test_monitor_on_a_half_closed_connection_does_not_wait(make_server):
     srv = make_server()
     c = srv.client()
-    c.set("monhc", b"a")
+    assert c.set("monhc", b"a", noreply=False)  # stored before the monitor looks
     out, took = _half_close_exchange(srv, b"monitor monhc 10 5\r\n")
     assert out == b"VALUE monhc 0 1\r\na\r\nEND\r\n"
     assert took < 2

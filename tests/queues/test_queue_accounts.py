@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 from kestreld_process import Conn
 from waiting import wait_until
 
@@ -262,6 +263,7 @@ def test_expired_aborted_item_never_goes_to_a_waiting_get(make_server):
 # --- 8, 9, 10: bounded resources ----------------------------------------------------------
 
 
+@pytest.mark.one_process  # the RSS of the server's one process
 def test_timed_out_waiters_are_freed_behind_a_long_waiter(make_server):
     srv = make_server("")
     long_waiter = Conn(srv.connect())
@@ -282,6 +284,7 @@ def test_timed_out_waiters_are_freed_behind_a_long_waiter(make_server):
     assert _q(c, "tw")["waiters"] == 1
 
 
+@pytest.mark.one_process  # the descriptors of the server's one process
 def test_descriptors_per_queue_do_not_grow_with_segments(make_server):
     srv = make_server('max_journal_size = "4KiB"\nmax_memory_size = "8KiB"\n[queues."sg+slow"]\n')
     c = Conn(srv.connect())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kestreld.bench.servers import rss
 from kestreld.queues.item import memory_overhead
 from kestreld.testing.process import Conn
@@ -29,6 +31,7 @@ def drain(c: Conn, queue: str, n: int, batch: int = 512) -> None:
             assert c.read_value() == ITEM
 
 
+@pytest.mark.one_process  # the RSS of the server's one process
 def test_rss_comes_back_when_the_get_that_empties_a_burst_is_served(make_server):
     server = make_server()
     c = Conn(server.connect())
@@ -41,6 +44,7 @@ def test_rss_comes_back_when_the_get_that_empties_a_burst_is_served(make_server)
     c.close()
 
 
+@pytest.mark.one_process  # the RSS of the server's one process
 def test_rss_with_a_backlog_stays_near_max_memory_size(make_server):
     server = make_server('max_memory_size = "8MiB"\n')
     c = Conn(server.connect())
@@ -67,6 +71,7 @@ def test_items_in_memory_are_charged_what_they_cost_beside_their_data(make_serve
     c.close()
 
 
+@pytest.mark.one_process  # the RSS of the server's one process
 def test_rss_with_a_backlog_stays_within_max_memory_size(make_server):
     server = make_server('max_memory_size = "32MiB"\n')
     c = Conn(server.connect())
@@ -77,6 +82,7 @@ def test_rss_with_a_backlog_stays_within_max_memory_size(make_server):
     c.close()
 
 
+@pytest.mark.one_process  # the RSS of the server's one process
 def test_rss_comes_back_when_a_burst_is_flushed(make_server):
     server = make_server()
     c = Conn(server.connect())

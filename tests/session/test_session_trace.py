@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from kestreld_process import Conn
 
 
@@ -18,6 +19,8 @@ def wait_for_events(proc, name: str, count: int = 1, timeout: float = 10.0) -> l
     raise AssertionError(f"no {name} event in the log: {proc.log_lines[-10:]}")
 
 
+# One process's trace: with workers, the queue's owner traces a client's crossed requests.
+@pytest.mark.one_process
 def test_a_session_logs_its_start_and_end_with_what_it_did(make_server):
     proc = make_server("enable_session_trace = true\n")
     c = Conn(proc.connect())
@@ -40,6 +43,8 @@ def test_a_session_logs_its_start_and_end_with_what_it_did(make_server):
     assert ended["open_reads_given_back"] == 1
 
 
+# One process's trace: with workers, the queue's owner traces a client's crossed requests.
+@pytest.mark.one_process
 def test_queue_create_delete_and_flush_events_carry_the_client(make_server):
     proc = make_server("enable_session_trace = true\n")
     c = Conn(proc.connect())
@@ -68,6 +73,8 @@ def test_without_the_trace_sessions_are_not_logged(make_server):
     assert "client" not in proc.events("queue_created")[-1]
 
 
+# One process's trace: with workers, the queue's owner traces a client's crossed requests.
+@pytest.mark.one_process
 def test_a_shutdown_ends_every_traced_session_with_its_open_reads(make_server):
     proc = make_server("enable_session_trace = true\n")
     c = Conn(proc.connect())

@@ -157,6 +157,42 @@ def test_noreply_requests_cross_without_a_reply(box, names):
         assert conn.get(name) == b"hi"
 
 
+def _half_closed(conn: Conn, request: str) -> bytes:
+    """Send ``request`` and the end of the stream (``nc -N``); all the server sent."""
+    conn.send(request)
+    conn.sock.shutdown(socket.SHUT_WR)
+    out = conn.buf
+    while data := conn.sock.recv(65536):
+        out += data
+    conn.close()
+    return out
+
+
+def test_a_crossed_monitor_ended_by_the_clients_half_close_sends_its_items(box, names):
+    other = names[1]
+    conn = _conn(box)
+    assert conn.set(other, "a") == b"STORED"
+    out = _half_closed(_on_worker(box, 0), f"monitor {other} 10 5\r\n")
+    assert out == f"VALUE {other} 0 1\r\na\r\nEND\r\n".encode()  # whole items, no END after
+    assert _until(lambda: conn.get(f"{other}/peek") == b"a")  # its read went back at the close
+
+
+def test_a_crossed_monitor_ended_by_the_clients_half_close_before_any_item_sends_nothing(
+    box, names
+):
+    other = names[1]
+    assert _half_closed(_on_worker(box, 0), f"monitor {other} 10 5\r\n") == b""
+
+
+def test_a_crossed_wait_of_a_half_closed_client_ends_at_once_with_a_quit_behind_it(box, names):
+    other = names[1]
+    conn = _on_worker(box, 0)
+    started = time.monotonic()
+    out = _half_closed(conn, f"get {other}/t=60000\r\nquit\r\n")
+    assert out.startswith(b"END\r\n")
+    assert time.monotonic() - started < 5, "the wait ended with the stream, not with /t="
+
+
 def test_kill_9_of_a_worker_restarts_it_and_its_items_come_back(box, names):
     victim_queue, other_queue = names  # worker 0 owns the first
     survivor = _on_worker(box, 1)

@@ -1,11 +1,15 @@
-"""The sans-IO parts of ``workers = N``: ownership, the channel's reply framing, the box's
-stats, the text and thrift requests sent on (kestreld/workers/)."""
+"""The parts of ``workers = N`` (kestreld/workers/): ownership, the channel's reply framing,
+the box's stats, the text and thrift requests sent on (sans-IO), and a channel connection on
+the event loop."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import zlib
 
 import pytest
+import uvloop
 
 from kestreld.config import ConfigError
 from kestreld.config.model import available_cores, build_config
@@ -15,7 +19,7 @@ from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.ownership import Ownership, owner_of
 from kestreld.workers.text_routing import text_request
 from kestreld.workers.thrift_routing import is_exception
-from kestreld.workers.upstream import LIST, MONITOR, ONE, reply_end
+from kestreld.workers.upstream import LIST, MONITOR, ONE, Upstream, reply_end, whole_items_end
 
 
 def test_owner_is_crc32_of_the_name_mod_the_worker_count():
@@ -127,3 +131,40 @@ def test_a_text_request_is_sent_on_as_the_client_wrote_it():
 def test_a_thrift_reply_frame_says_whether_it_is_an_exception():
     assert is_exception(codec.encode_exception("put", 3, codec.INTERNAL_ERROR, "no"))
     assert not is_exception(codec.encode_reply("put", 3, 1))
+
+
+def test_a_monitor_cut_short_keeps_only_its_whole_items():
+    item = b"VALUE m 0 2\r\nM1\r\nEND\r\n"
+    assert whole_items_end(item + item) == 2 * len(item)
+    assert whole_items_end(item + b"VALUE m 0 2\r\nM2\r\n") == len(item)
+    assert whole_items_end(item[:-3]) == 0
+    assert whole_items_end(b"") == 0
+
+
+def test_a_channel_connection_closed_while_it_connects_closes_no_later_descriptor(tmp_path):
+    """The client leaves while its channel to the owner connects: the channel's descriptor
+    is closed once, never again after its number went to another file (a connection's, in
+    a worker: the worker then aborted in libuv)."""
+    path = str(tmp_path / "worker-1.sock")
+    opened: list[int] = []
+
+    class Leaving(Upstream):
+        def connection_made(self, transport):
+            self.close()  # the client left before the channel was made
+            super().connection_made(transport)
+            # Runs after the loop closed the channel: the next descriptor gets its number.
+            loop = asyncio.get_running_loop()
+            loop.call_soon(lambda: opened.append(os.open(os.devnull, os.O_RDONLY)))
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_unix_server(asyncio.Protocol, path)
+        Leaving(1, path).open(asyncio.get_running_loop())
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+        server.close()
+
+    uvloop.run(main())
+    try:
+        os.fstat(opened[0])  # still open: nobody closed it for the channel
+    finally:
+        os.close(opened[0])

@@ -47,16 +47,18 @@ REPLY_LINE = re.compile(
 )
 
 
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
+def _rss_kib(srv: KestreldProcess) -> int:
+    """The server's resident memory: every process of the box (its workers too)."""
+    total = 0
+    for pid in srv.pids():
+        with open(f"/proc/{pid}/status") as f:
+            total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return total
 
 
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def _fds(srv: KestreldProcess) -> int:
+    """The server's open descriptors: every process of the box (its workers too)."""
+    return sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in srv.pids())
 
 
 def _raise_fd_limit(wanted: int) -> None:
@@ -461,7 +463,7 @@ def _control_loop(srv: KestreldProcess, stop: threading.Event, result: dict) -> 
 def test_stream_fuzzer_over_many_connections_never_disturbs_other_clients(fuzz_server, fuzz_root):
     srv = fuzz_server
     rng = random.Random(int(os.environ.get("KESTRELD_FUZZ_SEED", random.randrange(1 << 30))))
-    baseline = _rss_kib(srv.pid)
+    baseline = _rss_kib(srv)
     peak = [baseline]
     stop = threading.Event()
     control = {"max_latency": 0.0, "round_trips": 0}
@@ -478,7 +480,7 @@ def test_stream_fuzzer_over_many_connections_never_disturbs_other_clients(fuzz_s
             await asyncio.gather(
                 *(_fuzz_connection(srv.port, random.Random(rng.random()), stats) for _ in range(48))
             )
-            peak[0] = max(peak[0], _rss_kib(srv.pid))
+            peak[0] = max(peak[0], _rss_kib(srv))
             assert srv.proc.poll() is None
 
     try:
@@ -518,7 +520,7 @@ def _curr_connections(srv: KestreldProcess) -> int:
 
 def test_endless_line_is_cut_at_the_limit_without_buffering(fuzz_server):
     srv = fuzz_server
-    before = _rss_kib(srv.pid)
+    before = _rss_kib(srv)
     sock = srv.connect()
     # Replies are read while sending, so the reply is in hand before the server's reset
     # (it closes with our unread bytes in its buffer) could get in the way.
@@ -545,21 +547,21 @@ def test_endless_line_is_cut_at_the_limit_without_buffering(fuzz_server):
     sock.close()
     assert bytes(replies) == b"CLIENT_ERROR line too long\r\n"
     assert sent < 64 << 20, "the server stopped reading long before 64 MiB"
-    assert _rss_kib(srv.pid) - before < 32 * 1024
+    assert _rss_kib(srv) - before < 32 * 1024
     _control_round_trip(srv)
 
 
 @pytest.mark.parametrize("declared", [10**30, 2**63, 2**31 + 5])
 def test_huge_declared_size_is_never_allocated(fuzz_server, declared):
     srv = fuzz_server
-    before = _rss_kib(srv.pid)
+    before = _rss_kib(srv)
     c = Conn(srv.connect())
     # Where such a block would end cannot be known: answered at once, connection closed.
     c.send(f"set hugesz 0 0 {declared}\r\n".encode())
     assert c.line() == b"CLIENT_ERROR bad data chunk"
     assert c.closed()
     _control_round_trip(srv)
-    assert _rss_kib(srv.pid) - before < 32 * 1024
+    assert _rss_kib(srv) - before < 32 * 1024
     c.close()
     c = Conn(srv.connect())
     assert c.get("hugesz") is None
@@ -568,18 +570,18 @@ def test_huge_declared_size_is_never_allocated(fuzz_server, declared):
 def test_half_sent_data_blocks_store_nothing_and_free_their_memory(fuzz_server):
     srv = fuzz_server
     base_conns = _curr_connections(srv)
-    before = _rss_kib(srv.pid)
+    before = _rss_kib(srv)
     socks = []
     for _ in range(100):
         s = srv.connect()
         s.sendall(b"set halfsent 0 0 1000000\r\n" + b"h" * 500_000)
         socks.append(s)
     _control_round_trip(srv)
-    during = _rss_kib(srv.pid)
+    during = _rss_kib(srv)
     for s in socks:
         s.close()
     _wait_until(lambda: _curr_connections(srv) == base_conns)
-    after = _rss_kib(srv.pid)
+    after = _rss_kib(srv)
     c = Conn(srv.connect())
     assert c.get("halfsent") is None
     print(f"\nhalf-sent blocks: rss {before} -> {during} -> {after} KiB")
@@ -624,13 +626,13 @@ def test_thousands_of_idle_connections_are_held_and_released(fuzz_server):
     n = 3000
     _raise_fd_limit(n + 1024)
     base_conns = _curr_connections(srv)
-    base_fds = _fds(srv.pid)
+    base_fds = _fds(srv)
     socks = []
     try:
         for _ in range(n):
             socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
         _wait_until(lambda: _curr_connections(srv) == base_conns + n, 20)
-        held_fds = _fds(srv.pid)
+        held_fds = _fds(srv)
         assert held_fds >= base_fds + n - 5
         _control_round_trip(srv)
         for s in random.Random(3).sample(socks, 50):  # idle ones still answer
@@ -641,8 +643,8 @@ def test_thousands_of_idle_connections_are_held_and_released(fuzz_server):
         for s in socks:
             s.close()
     _wait_until(lambda: _curr_connections(srv) == base_conns, 20)
-    _wait_until(lambda: _fds(srv.pid) <= base_fds + 2, 10)
-    print(f"\nidle connections: {n}; server fds {base_fds} -> {held_fds} -> {_fds(srv.pid)}")
+    _wait_until(lambda: _fds(srv) <= base_fds + 2, 10)
+    print(f"\nidle connections: {n}; server fds {base_fds} -> {held_fds} -> {_fds(srv)}")
 
 
 # --- queue names aimed at the file system ---------------------------------------------------------
