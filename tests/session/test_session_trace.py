@@ -87,6 +87,7 @@ def test_a_shutdown_ends_every_traced_session_with_its_open_reads(make_server):
     c.close()
 
 
+@pytest.mark.one_process
 def test_text_and_thrift_sessions_are_traced_too(tmp_path):
     from kestrel_fronts import TextConn, start_fronts, thrift_client
 
