@@ -227,7 +227,7 @@ class StatsSnapshot:
     def take(cls, server: Server) -> StatsSnapshot:
         """Read a running server's figures; call on its event loop's thread."""
         return cls(
-            global_stats(server.stats, server.queues, len(server.connections), __version__)
+            global_stats(server.stats, server.queues, server.clients(), __version__)
             + server.busy_poll.stats(),
             queue_stats(server.queues),
             server.status,

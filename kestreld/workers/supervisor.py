@@ -34,6 +34,7 @@ import structlog
 from kestreld import __version__
 from kestreld.compiled import implementation
 from kestreld.config import ServerConfig
+from kestreld.journal.handles import descriptor_budget, log_open_file_limit, raise_open_file_limit
 from kestreld.security import AuthFileError, load_auth_file
 from kestreld.state import StartupError
 
@@ -101,6 +102,10 @@ class Supervisor:
             except AuthFileError as e:
                 raise StartupError(str(e)) from None
         self.lock_fd = lock_queue_folder(config.queue_path)
+        # Once for the box: the workers inherit the raised limit (each process has its own).
+        was, soft = raise_open_file_limit()
+        budget = descriptor_budget(soft, self.count)
+        log_open_file_limit(was, soft, budget, config.max_connections, workers=self.count)
         self.sockets["memcache"] = _bind(config.listen_address, config.port)
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         if not runtime or not os.path.isdir(runtime):

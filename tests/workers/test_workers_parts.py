@@ -83,8 +83,8 @@ def test_box_stats_sum_the_counts_and_keep_each_queues_lines():
     lines = dict(line.split(" ", 2)[1:] for line in merged.split("\r\n") if line.startswith("STAT"))
     assert lines["curr_items"] == "7"
     assert lines["uptime"] == "5"  # the first worker's
-    assert lines["curr_connections"] == "3"  # 5 less the 2 channel connections
-    assert lines["total_connections"] == "3"
+    assert lines["curr_connections"] == "5"  # each worker's counts its clients only
+    assert lines["total_connections"] == "6"
     assert lines["queue_a_items"] == "2" and lines["queue_b_items"] == "5"
     assert lines["worker"] == "1" and lines["workers"] == "2"
     assert "worker_channel_connections" not in lines
