@@ -22,9 +22,10 @@ every endpoint renders as it renders a lone server's:
 A worker's process figures (memory, CPU, descriptors) are not summed: ``/metrics``
 labels them per worker (:class:`WorkerProcesses`), read from ``/proc`` by worker 0.
 
-Cost: a worker builds its document on its loop, as its ``stats`` reply (about 10 µs
-per queue); a histogram travels as its non-zero buckets only, and one that counted
-nothing since the previous gathering is the previous one, shared, not a new copy.
+Cost: a worker builds its document on its loop, as it builds its ``stats`` reply; a
+histogram travels as its non-zero buckets only, and one that counted nothing since the
+previous gathering is the previous one, shared, not a new copy (the 5-second samples of
+the window keep a minute of them).
 """
 
 from __future__ import annotations
