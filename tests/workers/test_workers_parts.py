@@ -11,7 +11,7 @@ from kestreld.config import ConfigError
 from kestreld.config.model import available_cores, build_config
 from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.ownership import Ownership, owner_of
-from kestreld.workers.upstream import LIST, MONITOR, ONE, reply_end
+from kestreld.workers.upstream import LIST, MONITOR, ONE, item_end, reply_end
 
 
 def test_owner_is_crc32_of_the_name_mod_the_worker_count():
@@ -109,3 +109,10 @@ def test_a_monitor_reply_runs_through_its_items_to_the_last_end():
     buf = b"VALUE m 0 2\r\nM1\r\nEND\r\nVALUE m 0 2\r\nM2\r\nEND\r\nEND\r\nSTORED\r\n"
     assert reply_end(buf, 0, MONITOR) == len(buf) - len(b"STORED\r\n")
     assert reply_end(b"END\r\n", 0, MONITOR) == 5
+
+
+def test_a_monitor_item_is_whole_once_its_end_arrived():
+    item = b"VALUE m 0 5\r\nEND\r\n\r\nEND\r\n"  # its data is an END line: sizes decide
+    assert item_end(item + b"VALUE m 0 2\r\nM", 0) == len(item)
+    assert item_end(item[:-3], 0) == -1  # not all here yet
+    assert item_end(b"END\r\n", 0) == -1  # the monitor's own end: not an item
