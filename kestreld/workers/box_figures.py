@@ -237,6 +237,8 @@ class BoxFigures:
         #: Each worker's process id, as it last said (for its process figures).
         self.pids: dict[int, int] = {index: os.getpid()}
         self.previous: LatencyHistograms | None = None
+        #: Each worker's last ask, answered or not.
+        self.asked: dict[int, asyncio.Future[bytes | None]] = {}
 
     async def gather(self, server: Any, latency: LatencyHistograms) -> AdminSnapshot:
         """The box's figures: this worker's, and every other's that answers in time."""
@@ -245,8 +247,14 @@ class BoxFigures:
         for index in range(self.count):
             if index == self.index:
                 continue
+            asked = self.asked.get(index)
+            if asked is not None and not asked.done():
+                # Still answering an earlier ask (a slow or stopped loop): that answer is
+                # awaited again, not a second one queued behind it.
+                waiting[index] = asked
+                continue
             future: asyncio.Future[bytes | None] = loop.create_future()
-            waiting[index] = future
+            waiting[index] = self.asked[index] = future
             upstream = self._upstream(loop, index)
             if upstream is None:
                 future.set_result(None)
@@ -254,6 +262,7 @@ class BoxFigures:
             upstream.request(_REQUEST, ONE, lambda raw, f=future: f.done() or f.set_result(raw))
         figures: list[dict[str, Any] | None] = [None] * self.count
         if waiting:
+            # Not cancelled at the timeout: the next gathering awaits what is still due.
             await asyncio.wait(waiting.values(), timeout=ANSWER_TIMEOUT)
         paused = gc.isenabled()
         gc.disable()  # as in cmd_figures: many small objects, no cycle
