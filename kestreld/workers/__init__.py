@@ -5,5 +5,6 @@ lock, the listening sockets, the workers' lives), role.py (what a worker is told
 birth), channel.py (the local socket a worker serves its queues on to the others),
 upstream.py (one connection to another worker, and its reply framing), routing.py (the
 memcache command table that sends a request to the queue's owner), box_stats.py (one
-``stats`` for the box: totals summed, each queue's lines from its owner).
+``stats`` for the box: totals summed, each queue's lines from its owner), box_figures.py
+(the same for the admin port: every worker's figures, gathered by worker 0 and merged).
 """
