@@ -50,7 +50,7 @@ import ipaddress
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
@@ -208,12 +208,17 @@ class AdminServer:
             except TlsError as e:
                 raise StartupError(f"admin port: {e}") from None
             tls = self.tls.context
+        # A box's admin port was bound by its supervisor (kestreld/workers/supervisor.py).
+        shared = role.sockets.get("admin") if role is not None else None
+        where: dict[str, Any] = (
+            {"sock": shared}
+            if shared is not None
+            else {"host": address, "port": config.metrics_port, "reuse_address": True}
+        )
         try:
             self._listener = await asyncio.start_server(
                 self._handle,
-                address,
-                config.metrics_port,
-                reuse_address=True,
+                **where,
                 limit=MAX_REQUEST_HEAD,
                 ssl=tls,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls is not None else None,
@@ -226,7 +231,7 @@ class AdminServer:
             _is_loopback(sock.getsockname()[0]) for sock in self._listener.sockets
         )
         self._observe()
-        if self.box is None:  # the box's first sample waits for the other workers
+        if self.box is None:  # a box's first is the sampler's (it asks the other workers)
             self.take_sample(self.snapshot())
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         sock = self._listener.sockets[0].getsockname()
@@ -320,8 +325,13 @@ class AdminServer:
         self.window.add(Sample(time.monotonic(), snapshot.counters(), snapshot.latency, flows))
 
     async def _sample_forever(self) -> None:
+        # A box's first sample is taken at once, from the workers that answer (one not yet
+        # serving: its queues are new to the window), as a lone server's is at start.
+        first = self.box is not None
         while True:
-            await asyncio.sleep(SAMPLE_SECONDS)
+            if not first:
+                await asyncio.sleep(SAMPLE_SECONDS)
+            first = False
             try:
                 self.take_sample(await self.figures())
             except Exception:

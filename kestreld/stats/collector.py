@@ -119,6 +119,24 @@ GLOBAL_METRICS: dict[str, MetricSpec] = {
         "Server CPU a lone client's request costs less when polling (negative: more).",
         scale=1e-9,
     ),
+    # workers = N (kestreld/workers/): the box's figures, gathered by worker 0.
+    "workers": MetricSpec("kestreld_workers", _GAUGE, "Worker processes of the box (workers)."),
+    "workers_answering": MetricSpec(
+        "kestreld_workers_answering",
+        _GAUGE,
+        "Workers whose figures are in these totals (fewer: one is restarting or slow).",
+    ),
+    "worker": MetricSpec("kestreld_worker", _GAUGE, "The worker serving this admin port."),
+    "worker_requests_local": MetricSpec(
+        "kestreld_worker_requests_local",
+        _COUNTER,
+        "Requests served by the worker that accepted their connection.",
+    ),
+    "worker_requests_crossed": MetricSpec(
+        "kestreld_worker_requests_crossed",
+        _COUNTER,
+        "Requests sent on to the worker that owns their queue (one local hop more).",
+    ),
 }
 
 #: Per-queue ``stats`` keys (``queue_<name>_<key>``), labelled ``queue``.

@@ -99,9 +99,13 @@ def worker_figures(server: Any, latency: LatencyHistograms) -> dict[str, Any]:
     # Most queues have the same keys: sent once, and each queue's values alone (a third of
     # the bytes, and of the time to encode them).
     keys = list(stats.queues[0][1]) if stats.queues else []
+    # A worker's own ``stats`` lines too (the box's ``stats`` shows them, so /metrics does):
+    # requests served where they landed, and sent on to their owner.
+    router = server.router
+    routed = [line for line in router.stats() if line[0] != "worker"] if router else []
     return {
         "pid": os.getpid(),
-        "server": stats.server,
+        "server": stats.server + routed,
         "status": stats.status.value,
         "zookeeper_connected": stats.zookeeper_connected,
         "queue_keys": keys,
@@ -167,6 +171,7 @@ def merge_figures(
             elif key in SUMMED:
                 values[key] = _add(values[key], value)
     server = list(values.items())
+    server.append(("worker", 0))  # the admin port's (a stats reply's: the client's)
     server.append(("workers", len(figures)))
     server.append(("workers_answering", len(answered)))
     queues = sorted(

@@ -107,6 +107,11 @@ class Supervisor:
         budget = descriptor_budget(soft, self.count)
         log_open_file_limit(was, soft, budget, config.max_connections, workers=self.count)
         self.sockets["memcache"] = _bind(config.listen_address, config.port)
+        if config.metrics_port is not None:
+            # Worker 0's admin port, bound here once: a taken port stops the box's start as
+            # it stops a lone server's, and it stays bound while worker 0 restarts.
+            address = config.metrics_address or config.listen_address
+            self.sockets["admin"] = _bind(address, config.metrics_port, "for metrics")
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         if not runtime or not os.path.isdir(runtime):
             runtime = tempfile.gettempdir()
@@ -366,15 +371,13 @@ def _remove_stale_folders(parent: str) -> None:
         shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
-def _bind(address: str, port: int) -> socket.socket:
-    """The listening socket every worker accepts on (raises StartupError)."""
+def _bind(address: str, port: int, what: str = "(memcache)") -> socket.socket:
+    """A listening socket the workers accept on (raises StartupError naming ``what``)."""
     try:
         family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
         sock = socket.create_server((address, port), family=family, backlog=4096)
     except OSError as e:
-        raise StartupError(
-            f"cannot listen on {address}:{port} (memcache): {e.strerror or e}"
-        ) from None
+        raise StartupError(f"cannot listen on {address}:{port} {what}: {e.strerror or e}") from None
     sock.setblocking(False)
     return sock
 
