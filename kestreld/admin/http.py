@@ -231,8 +231,9 @@ class AdminServer:
             _is_loopback(sock.getsockname()[0]) for sock in self._listener.sockets
         )
         self._observe()
-        if self.box is None:  # a box's first is the sampler's (it asks the other workers)
-            self.take_sample(self.snapshot())
+        # The first sample, at start: a box's is this worker's figures alone (everything
+        # counts from zero in every worker; the others' queues are new to the window).
+        self.take_sample(self.snapshot())
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         sock = self._listener.sockets[0].getsockname()
         log.info(
@@ -325,13 +326,8 @@ class AdminServer:
         self.window.add(Sample(time.monotonic(), snapshot.counters(), snapshot.latency, flows))
 
     async def _sample_forever(self) -> None:
-        # A box's first sample is taken at once, from the workers that answer (one not yet
-        # serving: its queues are new to the window), as a lone server's is at start.
-        first = self.box is not None
         while True:
-            if not first:
-                await asyncio.sleep(SAMPLE_SECONDS)
-            first = False
+            await asyncio.sleep(SAMPLE_SECONDS)
             try:
                 self.take_sample(await self.figures())
             except Exception:
@@ -601,9 +597,14 @@ class AdminServer:
             error, needs_restart = server.reload()
             if error is not None:
                 return 500, _JSON, json.dumps({"response": "error", "error": error}).encode(), []
+            if self.box is not None:  # the same file: the other workers read it too
+                self.box.reload_others()
             return self._ostrich_answer({"response": "ok", "needs_restart": needs_restart}, fmt)
         if action == "quiesce":
             server.set_status(ServerStatus.QUIESCENT)
+            if self.box is not None:
+                self.box.quiesce_others()
         # The answer goes out before the shutdown starts (ostrich waited 100 ms too).
-        loop.call_later(ACTION_DELAY, server.request_shutdown, f"admin /{action}")
+        stop = server.request_shutdown if self.box is None else self.box.stop_box
+        loop.call_later(ACTION_DELAY, stop, f"admin /{action}")
         return self._ostrich_answer("ok", fmt)

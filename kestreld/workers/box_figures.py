@@ -34,6 +34,7 @@ import asyncio
 import gc
 import json
 import os
+import signal
 from collections.abc import Iterator
 from itertools import compress
 from typing import Any
@@ -232,7 +233,9 @@ def _merge_latency(
 
 
 class BoxFigures:
-    """Worker 0's connections to the other workers' channels, for the admin port."""
+    """Worker 0's connections to the other workers' channels, for the admin port: the
+    figures it shows, and the changes it makes (``/reload``, ``/quiesce``, ``/shutdown``)
+    for the whole box."""
 
     def __init__(self, index: int, count: int, folder: str) -> None:
         self.index = index
@@ -286,6 +289,29 @@ class BoxFigures:
         self.previous = snapshot.latency
         return snapshot
 
+    # --- the admin port's changes, for the box ----------------------------------------------
+
+    def reload_others(self) -> None:
+        """``/reload``: every other worker reloads too (this one did, and answers)."""
+        self._tell_others(b"reload\r\n")
+
+    def quiesce_others(self) -> None:
+        """``/quiesce``: every other worker refuses fetches too until the box stops."""
+        self._tell_others(b"status quiescent\r\n")
+
+    def stop_box(self, reason: str) -> None:
+        """``/shutdown``, ``/quiesce``: the supervisor stops every worker gracefully."""
+        log.info("shutdown_requested", reason=reason)
+        os.kill(os.getppid(), signal.SIGTERM)
+
+    def _tell_others(self, request: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        for index in range(self.count):
+            if index != self.index:
+                upstream = self._upstream(loop, index)
+                if upstream is not None:
+                    upstream.request(request, ONE, _ignored)
+
     def _decode(self, index: int, raw: bytes | None) -> dict[str, Any] | None:
         if raw is None or not raw.startswith(_HEAD):
             if raw is not None:
@@ -314,6 +340,10 @@ class BoxFigures:
         for upstream in self.upstreams.values():
             upstream.close()
         self.upstreams.clear()
+
+
+def _ignored(raw: bytes | None) -> None:
+    """A change's answer: the worker logs its own outcome (config_reloaded, ...)."""
 
 
 class WorkerProcesses(Collector):

@@ -36,6 +36,7 @@ from kestreld.compiled import implementation
 from kestreld.config import ServerConfig
 from kestreld.journal.handles import descriptor_budget, log_open_file_limit, raise_open_file_limit
 from kestreld.security import AuthFileError, load_auth_file
+from kestreld.security.tls import ServerTls, TlsError, TlsFiles
 from kestreld.state import StartupError
 
 log = structlog.get_logger("kestreld.supervisor")
@@ -101,6 +102,12 @@ class Supervisor:
                 load_auth_file(config.auth_file)
             except AuthFileError as e:
                 raise StartupError(str(e)) from None
+        if config.admin_tls_cert_file is not None and config.admin_tls_key_file is not None:
+            # Worker 0's: read here too, so bad files stop the box as they stop a lone server.
+            try:
+                ServerTls(TlsFiles(config.admin_tls_cert_file, config.admin_tls_key_file))
+            except TlsError as e:
+                raise StartupError(f"admin port: {e}") from None
         self.lock_fd = lock_queue_folder(config.queue_path)
         # Once for the box: the workers inherit the raised limit (each process has its own).
         was, soft = raise_open_file_limit()
