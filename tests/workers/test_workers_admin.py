@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import time
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
@@ -148,3 +150,46 @@ def test_each_worker_keeps_its_share_of_the_client_descriptors(make_server):
     (shared,) = box.events("open_file_limit")
     assert shared["connections_at_most"] == alone["connections_at_most"] // WORKERS
     assert shared["journals_open_at_most"] == alone["journals_open_at_most"]
+
+
+def test_admin_shutdown_stops_every_worker(box):
+    pids = box.worker_pids()
+    status, _, _ = fetch(metrics_url(box, "/shutdown"))
+    assert status == 200
+    assert box.proc.wait(15) == 0
+    assert len(box.events("worker_stopped")) == WORKERS
+    assert not any(_alive(pid) for pid in pids.values())
+
+
+def test_admin_reload_reloads_every_worker(box):
+    status, _, _ = fetch(metrics_url(box, "/reload"))
+    assert status == 200
+    assert _until(lambda: {e["worker"] for e in box.events("config_reloaded")} == {0, 1})
+
+
+def test_a_taken_admin_port_stops_the_box_naming_it(make_server):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = make_server(f"metrics_port = {port}\n", args=["--workers", "2"], start=False)
+        with pytest.raises(RuntimeError, match=f"127.0.0.1:{port} for metrics"):
+            server.start()
+    assert server.proc.returncode == 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _until(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return bool(predicate())
