@@ -8,7 +8,6 @@ import dataclasses
 import fcntl
 import gc
 import os
-import resource
 import signal
 import sys
 import time
@@ -26,6 +25,7 @@ from kestreld.extras import install_command
 from kestreld.frontends.memcache.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
 from kestreld.frontends.memcache.connection import MemcacheConnection
+from kestreld.journal import handles
 from kestreld.journal.files import LOCK_FILE
 from kestreld.journal.handles import DescriptorBudget, descriptor_budget, raise_open_file_limit
 from kestreld.journal.periodic_sync import sync_filesystem
@@ -168,17 +168,11 @@ class Server:
         """Raise the soft open-file limit to the hard one, and share it: the journals keep
         their descriptors within their part (idle ones are closed), and connections past
         theirs are refused with the protocol's error instead of failing to be accepted."""
-        was, soft = raise_open_file_limit()
-        budget = self.descriptors = descriptor_budget(soft)
+        was, soft = raise_open_file_limit()  # a worker's was raised (and logged) by the supervisor
+        budget = self.descriptors = descriptor_budget(soft, self.role.count if self.role else 1)
         self.queues.handles.resize(budget.journals)
-        log.info(
-            "open_file_limit",
-            soft_was=was,
-            soft=soft,
-            hard=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
-            journals_open_at_most=budget.journals,
-            connections_at_most=min(budget.connections, self.config.max_connections),
-        )
+        if self.role is None:
+            handles.log_open_file_limit(was, soft, budget, self.config.max_connections)
         self.config = self._capped(self.config)
 
     def _capped(self, config: ServerConfig) -> ServerConfig:
@@ -247,8 +241,7 @@ class Server:
                 )
             )
         serves_box = self.role is None or self.role.serves_box
-        if serves_box:
-            await self._start_metrics()
+        await self._start_metrics()  # every worker's counts; worker 0's serves the box's
         if self.config.zookeeper is not None and serves_box:
             try:
                 self._join_server_sets()
@@ -419,7 +412,7 @@ class Server:
         if self.role is not None:
             extra.extend(self.role.stats())
         return render_stats(
-            self.stats, self.queues, len(self.connections), __version__, extra, self.stat_lines
+            self.stats, self.queues, self.clients(), __version__, extra, self.stat_lines
         )
 
     def render_dump_stats(self, names: list[str]) -> bytes:
@@ -569,7 +562,7 @@ class Server:
         (WRITEAVOID only leaves the write server set), QUIESCENT refuses fetches, and so do
         more connections than ``connection_limit_refuse_writes`` / ``_reads``."""
         status = self.status
-        count = len(self.connections)
+        count = self.clients()
         config = self.config
         limit = config.connection_limit_refuse_writes
         writes = reads = None
@@ -606,6 +599,10 @@ class Server:
         """A connection was accepted (front ends call this, and :meth:`connection_closed`)."""
         self.connections.add(conn)
         self._judge_refusals()
+
+    def clients(self) -> int:
+        """Client connections: a worker's channel connections are the box's own."""
+        return len(self.connections) - (self.role.channel_count.open if self.role else 0)
 
     def connection_closed(self, conn: Any) -> None:
         self.connections.discard(conn)

@@ -120,6 +120,10 @@ class ServerState(Protocol):
 
     def connection_closed(self, conn: Any) -> None: ...
 
+    def clients(self) -> int:
+        """Open client connections: ``connections`` but the workers' own channels."""
+        ...
+
     def request_shutdown(self, reason: str) -> None: ...
 
 

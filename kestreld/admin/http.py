@@ -50,14 +50,14 @@ import ipaddress
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 
 from kestreld import __version__
 from kestreld.admin import ostrich, page
-from kestreld.admin.ostrich import AdminSnapshot
+from kestreld.admin.ostrich import AdminSnapshot, queue_limits
 from kestreld.admin.window import MAX_PERIOD, SAMPLE_SECONDS, Sample, StatsWindow
 from kestreld.compiled import implementation
 from kestreld.journal import periodic_sync
@@ -70,6 +70,7 @@ from kestreld.stats.metrics import PrometheusExposition, Response, render_flat_s
 
 if TYPE_CHECKING:
     from kestreld.state import ServerState as Server
+    from kestreld.workers.box_figures import BoxFigures
 
 log = structlog.get_logger("kestreld.admin")
 
@@ -176,6 +177,9 @@ class AdminServer:
         self._handlers: set[asyncio.Task] = set()
         self._sampler: asyncio.Task | None = None
         self._loopback_only = False
+        #: With ``workers = N``: worker 0's way to the other workers' figures (it serves the
+        #: box's); None for a lone server, and in the other workers (they only count).
+        self.box: BoxFigures | None = None
         #: HTTPS (admin_tls_cert_file): renewed by the server's reload, as the listeners' is.
         self.tls: ServerTls | None = None
 
@@ -186,6 +190,14 @@ class AdminServer:
         from kestreld.state import StartupError
 
         config = self.server.config
+        role = getattr(self.server, "role", None)
+        if role is not None and not role.serves_box:
+            self._observe()  # its figures are asked for over its channel (box_figures.py)
+            return
+        if role is not None and role.count > 1:
+            from kestreld.workers.box_figures import BoxFigures
+
+            self.box = BoxFigures(role.index, role.count, role.folder)
         address = config.metrics_address or config.listen_address
         tls = None
         if config.admin_tls_cert_file is not None and config.admin_tls_key_file is not None:
@@ -196,12 +208,17 @@ class AdminServer:
             except TlsError as e:
                 raise StartupError(f"admin port: {e}") from None
             tls = self.tls.context
+        # A box's admin port was bound by its supervisor (kestreld/workers/supervisor.py).
+        shared = role.sockets.get("admin") if role is not None else None
+        where: dict[str, Any] = (
+            {"sock": shared}
+            if shared is not None
+            else {"host": address, "port": config.metrics_port, "reuse_address": True}
+        )
         try:
             self._listener = await asyncio.start_server(
                 self._handle,
-                address,
-                config.metrics_port,
-                reuse_address=True,
+                **where,
                 limit=MAX_REQUEST_HEAD,
                 ssl=tls,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls is not None else None,
@@ -213,11 +230,10 @@ class AdminServer:
         self._loopback_only = all(
             _is_loopback(sock.getsockname()[0]) for sock in self._listener.sockets
         )
-        self.server.latency_observer = self.latency.observe_request
-        periodic_sync.observe_fsyncs(self.latency.observe_fsync)
-        reader.observe_deliveries(self.latency.observe_delivery)
-        journaled_queue.observe_stores(self.latency.observe_stored)
-        self.take_sample()
+        self._observe()
+        # The first sample, at start: a box's is this worker's figures alone (everything
+        # counts from zero in every worker; the others' queues are new to the window).
+        self.take_sample(self.snapshot())
         self._sampler = asyncio.get_running_loop().create_task(self._sample_forever())
         sock = self._listener.sockets[0].getsockname()
         log.info(
@@ -234,6 +250,12 @@ class AdminServer:
                 "anyone who reaches it reads every figure; /reload, /quiesce and /shutdown "
                 "are refused until admin_token is set",
             )
+
+    def _observe(self) -> None:
+        self.server.latency_observer = self.latency.observe_request
+        periodic_sync.observe_fsyncs(self.latency.observe_fsync)
+        reader.observe_deliveries(self.latency.observe_delivery)
+        journaled_queue.observe_stores(self.latency.observe_stored)
 
     @property
     def port(self) -> int:
@@ -255,6 +277,8 @@ class AdminServer:
                 observe(previous)
         if self._sampler is not None:
             self._sampler.cancel()
+        if self.box is not None:
+            self.box.close()
         if self._listener is None:
             return
         self._listener.close()
@@ -273,20 +297,20 @@ class AdminServer:
 
     def snapshot(self) -> AdminSnapshot:
         """Everything the endpoints show, read now (on the event loop)."""
-        queues = self.server.queues
-        limits = {}
-        for q in queues.queues.values():
-            for r in q.readers.values():
-                limits[r.full_name] = (r.config.max_items, r.config.max_size)
-            if "" not in q.readers:
-                limits[q.name] = (q.config.max_items, q.config.max_size)
         samples = self.window.samples
         previous = samples[-1].latency if samples else None
         latency = self.latency.snapshot(previous)
+        limits = queue_limits(self.server.queues)
         return AdminSnapshot(StatsSnapshot.take(self.server), latency, limits)
 
-    def take_sample(self) -> None:
-        snapshot = self.snapshot()
+    async def figures(self) -> AdminSnapshot:
+        """What the endpoints show: this server's, or with ``workers = N`` the box's
+        (every worker's that answered in time, merged: kestreld/workers/box_figures.py)."""
+        if self.box is None:
+            return self.snapshot()
+        return await self.box.gather(self.server, self.latency)
+
+    def take_sample(self, snapshot: AdminSnapshot) -> None:
         delivered = snapshot.latency.queues["delivery"]
         flows = {}
         for name, values in snapshot.stats.queues:
@@ -305,7 +329,7 @@ class AdminServer:
         while True:
             await asyncio.sleep(SAMPLE_SECONDS)
             try:
-                self.take_sample()
+                self.take_sample(await self.figures())
             except Exception:
                 log.exception("admin_sample_failed")
 
@@ -321,7 +345,9 @@ class AdminServer:
             "status": self.server.status.value,
         }
 
-    def page_server(self) -> dict[str, object]:
+    def page_server(self, snapshot: AdminSnapshot) -> dict[str, object]:
+        if self.box is not None:
+            return self.page_box(snapshot)
         items, nbytes = self.server.queues.totals()
         return {
             "name": "kestreld",
@@ -329,11 +355,29 @@ class AdminServer:
             "implementation": implementation(),
             "status": self.server.status.value,
             "uptime_s": int(time.time() - self.server.stats.started),
-            "connections": len(self.server.connections),
+            "connections": self.server.clients(),
             "items": items,
             "bytes": nbytes,
             "queues": len(self.server.queues.queues),
             "port": self.server.config.port,
+        }
+
+    def page_box(self, snapshot: AdminSnapshot) -> dict[str, object]:
+        """The page's server figures of a box: its totals, and how many workers answered."""
+        values = snapshot.global_values()
+        return {
+            "name": "kestreld",
+            "version": __version__,
+            "implementation": implementation(),
+            "status": snapshot.stats.status.value,
+            "uptime_s": int(time.time() - self.server.stats.started),
+            "connections": values["curr_connections"],
+            "items": values["curr_items"],
+            "bytes": values["bytes"],
+            "queues": sum(1 for name, _ in snapshot.stats.queues if "+" not in name),
+            "port": self.server.config.port,
+            "workers": values["workers"],
+            "workers_answering": values["workers_answering"],
         }
 
     # --- HTTP -------------------------------------------------------------------------------
@@ -441,24 +485,34 @@ class AdminServer:
                 return self._ostrich_answer(self.server_info(), fmt)
             return await self._stats(query, fmt)
         if path == "/metrics":
-            snapshot, latency = StatsSnapshot.take(self.server), self.latency.snapshot()
+            if self.box is None:
+                snapshot, latency = StatsSnapshot.take(self.server), self.latency.snapshot()
+                processes = None
+            else:
+                from kestreld.workers.box_figures import WorkerProcesses
+
+                box = await self.figures()
+                snapshot, latency = box.stats, box.latency
+                processes = WorkerProcesses(self.box.pids)
             return await loop.run_in_executor(
-                self._encoder, self.prometheus.render, snapshot, latency, headers
+                self._encoder, self.prometheus.render, snapshot, latency, headers, processes
             )
         if path == "/flat_stats.json":
-            snapshot = StatsSnapshot.take(self.server)
+            snapshot = StatsSnapshot.take(self.server) if self.box is None else None
+            if snapshot is None:
+                snapshot = (await self.figures()).stats
             return await loop.run_in_executor(self._encoder, render_flat_stats_json, snapshot)
         if path == "/":
             return 200, page.STATIC_FILES["index.html"], page.static_file("index.html"), []
         if path == "/admin/overview.json":
-            admin_snapshot = self.snapshot()
+            admin_snapshot = await self.figures()
             doc = await loop.run_in_executor(
                 self._encoder,
                 page.overview,
                 admin_snapshot,
                 self.window,
                 time.monotonic(),
-                self.page_server(),
+                self.page_server(admin_snapshot),
             )
             return 200, _JSON, json.dumps(doc, separators=(",", ":")).encode(), []
         if path.startswith("/admin/") and path[7:] in page.STATIC_FILES:
@@ -482,7 +536,7 @@ class AdminServer:
             if not period_text.isdigit() or not 1 <= int(period_text) <= MAX_PERIOD:
                 return _plain(400, f"period: whole seconds from 1 to {MAX_PERIOD}")
             baseline = self.window.baseline(time.monotonic(), int(period_text))
-        snapshot = self.snapshot()
+        snapshot = await self.figures()
 
         def render() -> Response:
             doc = ostrich.summary(
@@ -543,9 +597,14 @@ class AdminServer:
             error, needs_restart = server.reload()
             if error is not None:
                 return 500, _JSON, json.dumps({"response": "error", "error": error}).encode(), []
+            if self.box is not None:  # the same file: the other workers read it too
+                self.box.reload_others()
             return self._ostrich_answer({"response": "ok", "needs_restart": needs_restart}, fmt)
         if action == "quiesce":
             server.set_status(ServerStatus.QUIESCENT)
+            if self.box is not None:
+                self.box.quiesce_others()
         # The answer goes out before the shutdown starts (ostrich waited 100 ms too).
-        loop.call_later(ACTION_DELAY, server.request_shutdown, f"admin /{action}")
+        stop = server.request_shutdown if self.box is None else self.box.stop_box
+        loop.call_later(ACTION_DELAY, stop, f"admin /{action}")
         return self._ostrich_answer("ok", fmt)

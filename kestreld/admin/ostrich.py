@@ -17,9 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kestreld.stats.collector import StatsSnapshot
 from kestreld.stats.latency import LatencyHistogram, LatencyHistograms
+
+if TYPE_CHECKING:
+    from kestreld.queues.collection import QueueCollection
 
 #: Global counters: ostrich name -> ``stats`` key.
 GLOBAL_COUNTERS = {
@@ -44,6 +48,8 @@ GLOBAL_GAUGES = {
     "connections": "curr_connections",
     "uptime": "uptime",
 }
+#: A box's gauges (``workers = N``): its workers, and those whose figures are in the totals.
+BOX_GAUGES = ("workers", "workers_answering")
 #: Per-queue counters (``q/<name>/...``): ostrich name -> ``stats`` key.
 QUEUE_COUNTERS = {
     "total_items": "total_items",
@@ -115,6 +121,17 @@ def distribution(histogram: LatencyHistogram, unit: int) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def queue_limits(queues: QueueCollection) -> dict[str, tuple[int | None, int | None]]:
+    """Each queue's and reader's (max_items, max_size), for ``/stats.json``."""
+    limits = {}
+    for q in queues.queues.values():
+        for r in q.readers.values():
+            limits[r.full_name] = (r.config.max_items, r.config.max_size)
+        if "" not in q.readers:
+            limits[q.name] = (q.config.max_items, q.config.max_size)
+    return limits
+
+
 @dataclass(slots=True, frozen=True)
 class AdminSnapshot:
     """Everything /stats.json, the page and a sample need, read on the event loop."""
@@ -149,6 +166,9 @@ class AdminSnapshot:
         for name, key in GLOBAL_GAUGES.items():
             value = float(server[key])  # type: ignore[arg-type]
             out[name] = int(value) if value.is_integer() else value
+        for key in BOX_GAUGES:  # a box's (workers = N): did every worker answer?
+            if key in server:
+                out[key] = int(server[key])  # type: ignore[call-overload]
         for name, values in self.stats.queues:
             prefix = f"q/{name}/"
             for suffix, key in QUEUE_GAUGES.items():

@@ -44,12 +44,31 @@ class DescriptorBudget:
     journals: int  # journals that may hold descriptors at once
 
 
-def descriptor_budget(limit: int) -> DescriptorBudget:
-    """Half of ``limit`` (at least 64) for clients, 64 for the server's own files, the
-    rest for journals (:data:`PER_JOURNAL` each, at least 16 journals)."""
+def descriptor_budget(limit: int, workers: int = 1) -> DescriptorBudget:
+    """Half of ``limit`` (at least 64) for connections, 64 for the server's own files, the
+    rest for journals (:data:`PER_JOURNAL` each, at least 16 journals).
+
+    ``limit`` is a process's: with ``workers = N`` each worker has its own, opens only its
+    own queues' journals, and keeps 1/N of the connections' half for its clients, since
+    each of them may hold a connection to each of the other workers (its channels)."""
     connections = max(64, limit // 2)
     journals = max(16, (limit - connections - FIXED) // PER_JOURNAL)
-    return DescriptorBudget(limit, connections, journals)
+    return DescriptorBudget(limit, max(64 // workers, connections // workers), journals)
+
+
+def log_open_file_limit(
+    was: int, soft: int, budget: DescriptorBudget, max_connections: int, **fields: object
+) -> None:
+    """The ``open_file_limit`` event: the limit raised, and how it is shared."""
+    log.info(
+        "open_file_limit",
+        soft_was=was,
+        soft=soft,
+        hard=resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+        journals_open_at_most=budget.journals,
+        connections_at_most=min(budget.connections, max_connections),
+        **fields,
+    )
 
 
 def raise_open_file_limit() -> tuple[int, int]:

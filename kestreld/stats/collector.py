@@ -132,6 +132,24 @@ GLOBAL_METRICS: dict[str, MetricSpec] = {
     "loop_hold_over_1ms": MetricSpec(
         "kestreld_loop_hold_over_1ms", _COUNTER, "Probes the event loop was held over 1 ms at."
     ),
+    # workers = N (kestreld/workers/): the box's figures, gathered by worker 0.
+    "workers": MetricSpec("kestreld_workers", _GAUGE, "Worker processes of the box (workers)."),
+    "workers_answering": MetricSpec(
+        "kestreld_workers_answering",
+        _GAUGE,
+        "Workers whose figures are in these totals (fewer: one is restarting or slow).",
+    ),
+    "worker": MetricSpec("kestreld_worker", _GAUGE, "The worker serving this admin port."),
+    "worker_requests_local": MetricSpec(
+        "kestreld_worker_requests_local",
+        _COUNTER,
+        "Requests served by the worker that accepted their connection.",
+    ),
+    "worker_requests_crossed": MetricSpec(
+        "kestreld_worker_requests_crossed",
+        _COUNTER,
+        "Requests sent on to the worker that owns their queue (one local hop more).",
+    ),
 }
 
 #: Per-queue ``stats`` keys (``queue_<name>_<key>``), labelled ``queue``.
@@ -240,7 +258,7 @@ class StatsSnapshot:
     def take(cls, server: Server) -> StatsSnapshot:
         """Read a running server's figures; call on its event loop's thread."""
         return cls(
-            global_stats(server.stats, server.queues, len(server.connections), __version__)
+            global_stats(server.stats, server.queues, server.clients(), __version__)
             + server.busy_poll.stats()
             + server.loop_hold.stats(),
             queue_stats(server.queues),

@@ -21,6 +21,7 @@ import json
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 from kestreld.stats.collector import StatsCollector, StatsSnapshot
 from kestreld.stats.latency import LatencyHistograms
@@ -36,19 +37,30 @@ class PrometheusExposition:
         self._process = ProcessCollector(registry=None)
         self._platform = PlatformCollector(registry=None)
 
-    def registry(self, snapshot: StatsSnapshot, latency: LatencyHistograms) -> CollectorRegistry:
-        """Everything ``/metrics`` shows, for one snapshot."""
+    def registry(
+        self,
+        snapshot: StatsSnapshot,
+        latency: LatencyHistograms,
+        processes: Collector | None = None,
+    ) -> CollectorRegistry:
+        """Everything ``/metrics`` shows, for one snapshot; ``processes``: the process
+        figures to show instead of this process's (a box's workers')."""
         registry = CollectorRegistry(auto_describe=False)
-        for collector in (StatsCollector(snapshot), latency, self._process, self._platform):
+        process = self._process if processes is None else processes
+        for collector in (StatsCollector(snapshot), latency, process, self._platform):
             registry.register(collector)
         return registry
 
     def render(
-        self, snapshot: StatsSnapshot, latency: LatencyHistograms, headers: dict[str, str]
+        self,
+        snapshot: StatsSnapshot,
+        latency: LatencyHistograms,
+        headers: dict[str, str],
+        processes: Collector | None = None,
     ) -> Response:
         """``/metrics`` in the format the scraper accepts (any thread)."""
         encoder, content_type = choose_encoder(headers.get("accept", ""))
-        body = encoder(self.registry(snapshot, latency))
+        body = encoder(self.registry(snapshot, latency, processes))
         extra = []
         if "gzip" in headers.get("accept-encoding", ""):
             body = gzip.compress(body, compresslevel=6)

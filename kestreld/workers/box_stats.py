@@ -3,8 +3,8 @@
 Counters are summed over the workers; a queue's lines come from its owner (no other
 worker has them); an alias exists in every worker, and its counters are summed too.
 Lines that describe one process (``uptime``, ``version``, ``status``, ...) are the first
-answering worker's.  The workers' channel connections are theirs, not clients': they
-are left out of the connection counts.
+answering worker's.  A worker's connection counts are its clients' already (its channel
+connections are the workers' own: :meth:`Server.clients`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ SUMMED = frozenset(
 )
 #: Server lines that are each worker's longest: the box's is the longest of them.
 LONGEST = frozenset({"loop_hold_max_us"})
-#: Lines a worker adds for this merge only: its channel connections (open, ever).
+#: Lines of one worker, left out of the box's: its channel connections (open, ever).
 CHANNEL_OPEN = "worker_channel_connections"
 CHANNEL_TOTAL = "worker_channel_connections_total"
 _PER_WORKER = frozenset({"worker", CHANNEL_OPEN, CHANNEL_TOTAL})
@@ -63,15 +63,8 @@ def merge_stats(replies: list[bytes | None], serving: int) -> bytes:
         return b"SERVER_ERROR no worker answered\r\n"
     order: list[str] = []
     values: dict[str, str] = {}
-    channels_open = channels_total = 0
     for lines in answered:
         for key, value in lines:
-            if key == CHANNEL_OPEN:
-                channels_open += int(value)
-                continue
-            if key == CHANNEL_TOTAL:
-                channels_total += int(value)
-                continue
             if key in _PER_WORKER:
                 continue
             if key not in values:
@@ -81,10 +74,6 @@ def merge_stats(replies: list[bytes | None], serving: int) -> bytes:
                 values[key] = _add(values[key], value)
             elif key in LONGEST:
                 values[key] = str(max(int(values[key]), int(value)))
-    if "curr_connections" in values:
-        values["curr_connections"] = str(int(values["curr_connections"]) - channels_open)
-    if "total_connections" in values:
-        values["total_connections"] = str(int(values["total_connections"]) - channels_total)
     lines = [f"STAT {key} {values[key]}" for key in order]
     lines.append(f"STAT worker {serving}")
     lines.append(f"STAT workers {len(replies)}")

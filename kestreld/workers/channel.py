@@ -43,8 +43,9 @@ def channel_path(folder: str, index: int) -> str:
 
 
 class ChannelCount:
-    """The channel connections open now and ever (``stats`` leaves them out of the
-    connection counts: they are the workers' own, not clients')."""
+    """The channel connections open now and ever: the workers' own, not clients', so they
+    are neither counted as clients (``stats``, the admin port) nor refused by
+    ``max_connections`` (:meth:`Server.clients` leaves them out)."""
 
     __slots__ = ("open", "total")
 
@@ -146,12 +147,15 @@ class ChannelConnection(MemcacheConnection):
         self.put_errors = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Counted before the limit is judged: the server's clients are its connections
+        # less its channels, so this one is never refused, and no client is for it.
         self.count.open += 1
         self.count.total += 1
         super().connection_made(transport)
+        self.stats.total_connections -= 1  # not a client accepted
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.count.open -= 1
+        self.count.open -= 1  # first: the server judges its client count as this one leaves
         super().connection_lost(exc)
 
     def idle_for(self, now: float) -> float:

@@ -15,6 +15,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from kestreld.frontends.memcache.framing import Command
 from kestreld.workers.channel import (
     ChannelCount,
     channel_commands,
@@ -59,17 +60,20 @@ class WorkerRole:
 
     @property
     def serves_box(self) -> bool:
-        """The admin port, the ZooKeeper membership and the status file are worker 0's."""
+        """The admin port, the ZooKeeper membership and the status file are worker 0's
+        (the admin port shows the box's figures: box_figures.py)."""
         return self.index == 0
 
     async def attach(self, server: Any) -> Router:
         """Serve this worker's channels and route ``server``'s requests."""
         self.router = Router(server, self.ownership, self.folder)
+        table = channel_commands(self.router)
+        if server.config.metrics_port is not None:  # worker 0 asks for them (admin port)
+            from kestreld.workers.box_figures import cmd_figures
+
+            table[b"figures"] = Command(b"figures", cmd_figures)
         self.channel = await serve_channel(
-            server,
-            channel_path(self.folder, self.index),
-            self.channel_count,
-            channel_commands(self.router),
+            server, channel_path(self.folder, self.index), self.channel_count, table
         )
         self.front_ends, self.wire_channels = await serve_wire_channels(
             server, self.index, self.folder, self.channel_count

@@ -386,6 +386,8 @@ class Router:
             return
         if quiet:
             upstream.request(request, shape, None)
+        elif shape == MONITOR:
+            self._forward_monitor(conn, owner, upstream, request)
         else:
             reply = self._hold(conn)
             # b"" is a reply: a monitor the client's half-close ended before any item.
@@ -398,6 +400,28 @@ class Router:
             # Back-pressure: the client's next requests wait until the owner answered some
             # (and a client that does not read its replies pauses as it would here).
             conn.held = True
+
+    @staticmethod
+    def _forward_monitor(conn: Any, owner: int, upstream: Upstream, request: bytes) -> None:
+        """A monitor of another worker's queue: each item is sent to the client as it
+        comes, as a lone server sends it.  Its held reply takes the item and is sent; a
+        new one, held in its place (before any later reply), waits for the next item or
+        the END."""
+        held = [Router._hold(conn)]
+
+        def item(raw: bytes) -> None:
+            if conn.closed:
+                return  # the client left: its channel connection closes, its reads go back
+            reply = held[0]
+            following = pending_confirm(Batch(), None)
+            conn.out.insert(conn.out.index(reply) + 1, following)  # unsent: still there
+            conn.pending += 1
+            held[0] = following
+            _answer(conn, reply, raw)
+
+        upstream.request(
+            request, MONITOR, lambda raw: _answer(conn, held[0], raw or _gone(owner)), item
+        )
 
     def _upstream(self, conn: Any, owner: int) -> Upstream | None:
         mine = self.upstreams.get(conn)

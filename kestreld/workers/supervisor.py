@@ -34,7 +34,9 @@ import structlog
 from kestreld import __version__
 from kestreld.compiled import implementation
 from kestreld.config import ServerConfig
+from kestreld.journal.handles import descriptor_budget, log_open_file_limit, raise_open_file_limit
 from kestreld.security import AuthFileError, TlsError, TlsFiles, build_context, load_auth_file
+from kestreld.security.tls import ServerTls
 from kestreld.state import StartupError
 
 log = structlog.get_logger("kestreld.supervisor")
@@ -104,14 +106,29 @@ class Supervisor:
                 load_auth_file(config.auth_file)
         except (TlsError, AuthFileError) as e:
             raise StartupError(str(e)) from None
+        if config.admin_tls_cert_file is not None and config.admin_tls_key_file is not None:
+            # Worker 0's: read here too, so bad files stop the box as they stop a lone server.
+            try:
+                ServerTls(TlsFiles(config.admin_tls_cert_file, config.admin_tls_key_file))
+            except TlsError as e:
+                raise StartupError(f"admin port: {e}") from None
         self.lock_fd = lock_queue_folder(config.queue_path)
+        # Once for the box: the workers inherit the raised limit (each process has its own).
+        was, soft = raise_open_file_limit()
+        budget = descriptor_budget(soft, self.count)
+        log_open_file_limit(was, soft, budget, config.max_connections, workers=self.count)
         # As one server: memcache's port 0 is off when another front end is on.
         if config.port or not (config.text_port or config.thrift_port):
-            self.sockets["memcache"] = _bind(config.listen_address, config.port, "memcache")
+            self.sockets["memcache"] = _bind(config.listen_address, config.port, "(memcache)")
         if config.text_port:
-            self.sockets["text"] = _bind(config.listen_address, config.text_port, "text")
+            self.sockets["text"] = _bind(config.listen_address, config.text_port, "(text)")
         if config.thrift_port:
-            self.sockets["thrift"] = _bind(config.listen_address, config.thrift_port, "thrift")
+            self.sockets["thrift"] = _bind(config.listen_address, config.thrift_port, "(thrift)")
+        if config.metrics_port is not None:
+            # Worker 0's admin port, bound here once: a taken port stops the box's start as
+            # it stops a lone server's, and it stays bound while worker 0 restarts.
+            address = config.metrics_address or config.listen_address
+            self.sockets["admin"] = _bind(address, config.metrics_port, "for metrics")
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         if not runtime or not os.path.isdir(runtime):
             runtime = tempfile.gettempdir()
@@ -373,16 +390,13 @@ def _remove_stale_folders(parent: str) -> None:
         shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
-def _bind(address: str, port: int, kind: str) -> socket.socket:
-    """The listening socket of front end ``kind`` every worker accepts on (raises
-    StartupError)."""
+def _bind(address: str, port: int, what: str = "(memcache)") -> socket.socket:
+    """A listening socket the workers accept on (raises StartupError naming ``what``)."""
     try:
         family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
         sock = socket.create_server((address, port), family=family, backlog=4096)
     except OSError as e:
-        raise StartupError(
-            f"cannot listen on {address}:{port} ({kind}): {e.strerror or e}"
-        ) from None
+        raise StartupError(f"cannot listen on {address}:{port} {what}: {e.strerror or e}") from None
     sock.setblocking(False)
     return sock
 

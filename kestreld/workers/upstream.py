@@ -4,9 +4,11 @@ The requests are memcache text requests as a client sent them; the owner serves 
 with its ordinary session, so its replies come back in request order and each one is
 framed the way the client will read it: ``VALUE`` blocks, then one line (a get, a set, a
 delete, a monitor), or lines up to ``END`` (``stats``, ``dump_stats``, ``dump_config``).
-A request sent with ``noreply`` expects nothing.  When the channel is lost (the owner
-died), every reply still expected is answered with ``None``: the caller says so to its
-client, and the next request opens a new connection.
+A request sent with ``noreply`` expects nothing.  A ``monitor``'s items may be passed on
+one by one as they arrive (``item``), as a lone server sends them, and its last ``END``
+is its answer.  When the channel is lost (the owner died), every reply still expected is
+answered with ``None``: the caller says so to its client, and the next request opens a
+new connection.
 """
 
 from __future__ import annotations
@@ -30,6 +32,24 @@ _ERRORS = (b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR")
 
 #: What a caller is told: the reply's bytes, or None when the channel was lost first.
 Answer = Callable[[bytes | None], None]
+#: Told each whole item of a monitor (its VALUE block and END) as it arrives.
+Item = Callable[[bytes], None]
+
+
+def item_end(buf: bytes, pos: int) -> int:
+    """Where the monitor item starting at ``pos`` (its VALUE block, then END) ends; -1 when
+    no whole item starts there (not all here yet, or the reply's last line)."""
+    if not buf.startswith(b"VALUE ", pos):
+        return -1
+    eol = buf.find(b"\r\n", pos)
+    if eol < 0:
+        return -1
+    try:
+        size = int(buf[pos:eol].split()[3])
+    except (IndexError, ValueError):
+        return -1  # not an item line: reply_end relays it
+    end = eol + 2 + size + 2
+    return end + 5 if buf.startswith(b"END\r\n", end) else -1
 
 
 def reply_end(buf: bytes, pos: int, shape: int) -> int:
@@ -87,8 +107,8 @@ class Upstream(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         #: Bytes to send once connected.
         self.unsent: list[bytes] = []
-        #: The replies expected, oldest first: (shape, answer).
-        self.expected: deque[tuple[int, Answer]] = deque()
+        #: The replies expected, oldest first: (shape, answer, a monitor's item or None).
+        self.expected: deque[tuple[int, Answer, Item | None]] = deque()
         self.buf = b""
         self.lost = False
         self.closing = False
@@ -125,14 +145,18 @@ class Upstream(asyncio.Protocol):
 
     # --- what the router calls ------------------------------------------------------------
 
-    def request(self, data: bytes, shape: int, answer: Answer | None) -> None:
-        """Send a request; ``answer`` is called with its reply (None: ``noreply``)."""
+    def request(
+        self, data: bytes, shape: int, answer: Answer | None, item: Item | None = None
+    ) -> None:
+        """Send a request; ``answer`` is called with its reply (None: ``noreply``).  With
+        ``item`` (a monitor's), each whole item is passed to it as it arrives, and
+        ``answer`` gets what follows the last (its END)."""
         if self.lost or self.eof:  # after finish() nothing more may be written
             if answer is not None:
                 answer(None)
             return
         if answer is not None:
-            self.expected.append((shape, answer))
+            self.expected.append((shape, answer, item))
         if self.transport is None:
             self.unsent.append(data)
         else:
@@ -181,7 +205,13 @@ class Upstream(asyncio.Protocol):
         pos = 0
         expected = self.expected
         while expected:
-            shape, answer = expected[0]
+            shape, answer, item = expected[0]
+            if item is not None:  # each whole item goes on now
+                end = item_end(buf, pos)
+                while end > 0:
+                    item(buf[pos:end])
+                    pos = end
+                    end = item_end(buf, pos)
             end = reply_end(buf, pos, shape)
             if end < 0:
                 break
@@ -199,10 +229,10 @@ class Upstream(asyncio.Protocol):
         if expected and self.eof and expected[0][0] == MONITOR:
             # A monitor our half-close ended: the owner sent its whole items and no END,
             # as to a client of its own, and closed (the items' reads go back there).
-            _, answer = expected.popleft()
+            _, answer, _item = expected.popleft()
             answer(self.buf[: whole_items_end(self.buf)])
         self.buf = b""
         if expected:
             log.warning("worker_channel_lost", worker=self.index, replies_lost=len(expected))
-        for _, answer in expected:
+        for _, answer, _item in expected:
             answer(None)

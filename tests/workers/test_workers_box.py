@@ -488,3 +488,20 @@ def test_sighup_reloads_every_worker(make_server, monkeypatch):
     assert _until(lambda: len(box.events("config_reloaded")) == WORKERS)
     for name in (first, _owned_by(1, "hup")):
         assert [conn.set(name, b"x") for _ in range(3)] == [b"STORED", b"STORED", b"NOT_STORED"]
+
+
+def test_a_crossed_monitor_sends_each_item_as_it_comes(box, names):
+    watcher = _conn(box)
+    crossed = names[1 - int(_stats(watcher)["worker"])]  # owned by the other worker
+    producer = _conn(box)
+    assert producer.set(crossed, b"first") == b"STORED"
+    started = time.monotonic()
+    watcher.send(f"monitor {crossed} 3\r\n")
+    assert watcher.read_value() == b"first"
+    assert time.monotonic() - started < 2.0  # not held until the monitor's end
+    assert producer.set(crossed, b"second") == b"STORED"
+    assert watcher.read_value() == b"second"
+    assert watcher.line() == b"END"  # the monitor's own, after its 3 seconds
+    assert time.monotonic() - started >= 2.5
+    watcher.send(f"confirm {crossed} 2\r\n")
+    assert watcher.line() == b"END"

@@ -19,7 +19,15 @@ from kestreld.workers.box_stats import merge_dump, merge_stats
 from kestreld.workers.ownership import Ownership, owner_of
 from kestreld.workers.text_routing import text_request
 from kestreld.workers.thrift_routing import is_exception
-from kestreld.workers.upstream import LIST, MONITOR, ONE, Upstream, reply_end, whole_items_end
+from kestreld.workers.upstream import (
+    LIST,
+    MONITOR,
+    ONE,
+    Upstream,
+    item_end,
+    reply_end,
+    whole_items_end,
+)
 
 
 def test_owner_is_crc32_of_the_name_mod_the_worker_count():
@@ -91,8 +99,8 @@ def test_box_stats_sum_the_counts_and_keep_each_queues_lines():
     lines = dict(line.split(" ", 2)[1:] for line in merged.split("\r\n") if line.startswith("STAT"))
     assert lines["curr_items"] == "7"
     assert lines["uptime"] == "5"  # the first worker's
-    assert lines["curr_connections"] == "3"  # 5 less the 2 channel connections
-    assert lines["total_connections"] == "3"
+    assert lines["curr_connections"] == "5"  # each worker's counts its clients only
+    assert lines["total_connections"] == "6"
     assert lines["queue_a_items"] == "2" and lines["queue_b_items"] == "5"
     assert lines["worker"] == "1" and lines["workers"] == "2"
     assert "worker_channel_connections" not in lines
@@ -168,3 +176,10 @@ def test_a_channel_connection_closed_while_it_connects_closes_no_later_descripto
         os.fstat(opened[0])  # still open: nobody closed it for the channel
     finally:
         os.close(opened[0])
+
+
+def test_a_monitor_item_is_whole_once_its_end_arrived():
+    item = b"VALUE m 0 5\r\nEND\r\n\r\nEND\r\n"  # its data is an END line: sizes decide
+    assert item_end(item + b"VALUE m 0 2\r\nM", 0) == len(item)
+    assert item_end(item[:-3], 0) == -1  # not all here yet
+    assert item_end(b"END\r\n", 0) == -1  # the monitor's own end: not an item

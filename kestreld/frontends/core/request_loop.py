@@ -91,7 +91,7 @@ class RequestConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
         server = self.server
-        if len(server.connections) >= server.config.max_connections:
+        if server.clients() >= server.config.max_connections:
             log.warning("connection_refused", peer=self.peer, reason="too many connections")
             refusal = self.refusal()
             if refusal:

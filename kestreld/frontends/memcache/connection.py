@@ -207,7 +207,7 @@ class Connection(Sink):
                 self.fd = sock.fileno()
                 self.transport_closing = transport.is_closing
         server = self.server
-        if len(server.connections) >= server.config.max_connections:
+        if server.clients() >= server.config.max_connections:
             log.warning("connection_refused", peer=self.peer, reason="too many connections")
             transport.write(server_error("too many connections"))  # type: ignore[attr-defined]
             self.closing = self.closed = True
