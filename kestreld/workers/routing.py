@@ -206,7 +206,9 @@ class Router:
                 command_run(command, conn, args)
             return
         request = b" ".join(args) + CRLF
-        if self._hand(conn, owner, request):
+        # A monitor is a wait: it is sent on, never the reason to move (handed over with the
+        # client's half-close right behind it, the owner ended it before its first item).
+        if shape != MONITOR and self._hand(conn, owner, request):
             return
         self.crossed += 1
         self.forward(conn, owner, request, _quiet(command, args), shape)
@@ -419,8 +421,12 @@ class Router:
             held[0] = following
             _answer(conn, reply, raw)
 
+        # b"" is its end too: a monitor the client's half-close ended (its items went).
         upstream.request(
-            request, MONITOR, lambda raw: _answer(conn, held[0], raw or _gone(owner)), item
+            request,
+            MONITOR,
+            lambda raw: _answer(conn, held[0], _gone(owner) if raw is None else raw),
+            item,
         )
 
     def _upstream(self, conn: Any, owner: int) -> Upstream | None:
