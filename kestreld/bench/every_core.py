@@ -108,7 +108,7 @@ def run_box(
                 log(
                     f"    {row.rate:,.0f} {row.unit}s/s  server {row.server_us:.1f} us/"
                     f"{row.unit} ({row.server_cores:.2f} cores)  crossed {row.crossed:.0%}  "
-                    f"others {row.others_cores:.2f} cores  {row.check}"
+                    f"moved {row.handoffs}  others {row.others_cores:.2f} cores  {row.check}"
                     + (f"  ERRORS {row.errors}: {row.error_samples}" if row.errors else "")
                 )
                 runs.append((name, row))
