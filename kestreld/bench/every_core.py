@@ -196,7 +196,7 @@ def hop_costs(
     rounds: int,
     *,
     size: int = 1024,
-    firsts: int = 200,
+    firsts: int = 600,
     workdir: str | None = None,
 ) -> dict[str, Any]:
     """One blocking client of two boxes of ``workers``, one with ``worker_handoff = false``:
