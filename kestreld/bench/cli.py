@@ -121,8 +121,10 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     # workers
     "workers": ("--workers", dict(type=int, help="N: workers = 1, workers = N and N instances")),
     "queues": ("--queues", dict(type=int, help="queues; connection i uses queue i mod this")),
-    "hops": ("--hops", dict(type=int, help="round trips of the one-client local and crossed "
-             "probe, per side")),
+    "hops": ("--hops", dict(type=int, help="round trips of the one-client probe, per path "
+             "(local, forwarded, handed off)")),
+    "spread": ("--spread", dict(type=int, help="the last workload's queues per connection "
+               "(1: leave it out)")),
     # queues
     "counts": ("counts", dict(type=int, nargs="+", metavar="N", help="numbers of queues")),
     "idle_seconds": ("--idle-seconds", dict(type=float, help="the idle CPU's window")),
@@ -174,13 +176,16 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
                      dict(darner=None, scale=1.0, flood_connections="1,10,100,1000,4000",
                           scenarios="flood,packing,memory,fairness", procs=2, workdir=None,
                           **OUTPUT)),
-    "workers": ("workers = 1, workers = N and N instances: set and get on many queues",
-                "One run, the three side by side: throughput, server CPU per operation "
-                "(supervisor and workers), the share of requests that crossed to another "
-                "worker; then one client's round trip to a queue of its own worker and of "
-                "another.",
+    "workers": ("workers = 1, workers = N (with and without the hand-off) and N instances: "
+                "set and get on many queues",
+                "One run, side by side: throughput, server CPU per operation (supervisor and "
+                "workers), the share of requests that crossed to another worker and the "
+                "connections moved; set with each connection alternating over --spread "
+                "queues; then one client's round trip to a queue of its own worker, one "
+                "forwarded and one after the hand-off, and a new connection's first set.",
                 dict(workers=2, connections=100, queues=100, size="1KiB", depth=1,
-                     items=300_000, hops=5000, repeat=1, **RUN | dict(seconds=3.0))),
+                     items=300_000, hops=5000, spread=4, repeat=1,
+                     **RUN | dict(seconds=3.0))),
     "queues": ("what N idle queues cost: RSS, descriptors, idle CPU, stats, stop, restart",
                "N queues get 10 items of 100 B each, then sit idle; one row per N.",
                dict(counts=None, idle_seconds=5.0, workdir=None, **OUTPUT)),
@@ -380,7 +385,7 @@ def cmd_workers(args: argparse.Namespace) -> Outcome:
     if args.workers < 2:
         raise SystemExit("workers: --workers must be at least 2 (it is compared with 1)")
     sizes = BoxSizes(args.workers, args.connections, args.queues, args.size, args.depth,
-                     args.items, args.seconds, args.procs)  # fmt: skip
+                     args.items, args.seconds, args.procs, args.spread)  # fmt: skip
     runs = run_box(
         sizes,
         repeat=args.repeat,
@@ -389,7 +394,7 @@ def cmd_workers(args: argparse.Namespace) -> Outcome:
         client_cpus=args.client_cpus,
         log=log,
     )
-    log(f"workers: one client's round trips, local and crossed, workers = {args.workers}")
+    log(f"workers: one client, local, forwarded and handed off, workers = {args.workers}")
     hops = hop_costs(args.workers, args.hops, size=args.size, workdir=args.workdir)
     tables = [box_table(runs), hop_table(hops, args.workers)]
     return Outcome(tables, box_figures(runs, hops), checks_passed([r for _, r in runs]))

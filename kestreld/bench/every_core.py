@@ -2,13 +2,16 @@
 as many independent instances.
 
 In one run, for ``set`` and ``get`` on many queues: ``workers = 1``, ``workers = N`` (one
-port: a connection lands on whichever worker accepts it, and a request for a queue another
-worker owns crosses to it), and N instances (N ports: the client sends each queue to the
-instance it hashes to, as a client list splits queues over servers, so nothing crosses).
-Each row: throughput, server CPU per operation (the supervisor's and every worker's), and
-the share of the requests that crossed (the box's ``stats``).  Then the price of one
-crossing: one client's round trip and the server's CPU per request, for a queue the
-landing worker owns and for one it does not.
+port: a connection lands on whichever worker accepts it; one that names a queue another
+worker owns, holding nothing, moves to it), the same without the hand-off (each such
+request is forwarded to the owner), and N instances (N ports: the client sends each queue
+to the instance it hashes to, as a client list splits queues over servers, so nothing
+crosses).  Then ``set`` with each connection alternating over several queues, so that
+some requests cross even with the hand-off.  Each row: throughput, server CPU per
+operation (the supervisor's and every worker's), the share of the requests that crossed
+and the connections moved (the box's ``stats``).  Then the price of each path: one
+client's round trip and the server's CPU per request, served where it lands, forwarded,
+and after a hand-off; and the one-off cost of the move, a fresh connection's first request.
 """
 
 from __future__ import annotations
@@ -45,15 +48,25 @@ class BoxSizes:
     items: int = 300_000
     seconds: float = 3.0
     procs: int = 2
+    spread: int = 4  # the last workload: queues each connection alternates over
 
 
-def setups(workers: int) -> list[tuple[str, dict[str, int]]]:
-    """(name, Spec fields) of the three servers compared."""
+def setups(workers: int, *, instances: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """(name, Spec fields) of the servers compared (the instances only where a connection
+    uses one queue: one that alternates over several would need a socket per instance)."""
     return [
         ("workers = 1", {}),
         (f"workers = {workers}", {"workers": workers}),
-        (f"{workers} instances", {"instances": workers}),
+        (f"workers = {workers}, no hand-off", {"workers": workers, "handoff": False}),
+        *([(f"{workers} instances", {"instances": workers})] if instances else []),
     ]
+
+
+def workloads(sizes: BoxSizes) -> list[tuple[str, dict[str, Any]]]:
+    """(workload, Spec fields) in the order run: set and get, a connection on one queue;
+    set, a connection alternating over ``spread`` queues."""
+    spread = [("put-many", {"spread": sizes.spread})] if sizes.spread > 1 else []
+    return [(w, {}) for w in WORKLOADS] + spread
 
 
 def run_box(
@@ -79,10 +92,10 @@ def run_box(
         queues=sizes.queues,
     )
     for round_ in range(repeat):
-        for workload in WORKLOADS:
-            order = setups(sizes.workers)
+        for workload, shape in workloads(sizes):
+            order = setups(sizes.workers, instances=not shape)
             for name, fields in order[::-1] if round_ % 2 else order:
-                spec = dataclasses.replace(base, workload=workload, **fields)
+                spec = dataclasses.replace(base, workload=workload, **shape, **fields)
                 log(f"[{round_ + 1}/{repeat}] {name}: {spec.describe()}")
                 row = measure(
                     spec,
@@ -95,7 +108,7 @@ def run_box(
                 log(
                     f"    {row.rate:,.0f} {row.unit}s/s  server {row.server_us:.1f} us/"
                     f"{row.unit} ({row.server_cores:.2f} cores)  crossed {row.crossed:.0%}  "
-                    f"others {row.others_cores:.2f} cores  {row.check}"
+                    f"moved {row.handoffs}  others {row.others_cores:.2f} cores  {row.check}"
                     + (f"  ERRORS {row.errors}: {row.error_samples}" if row.errors else "")
                 )
                 runs.append((name, row))
@@ -116,15 +129,21 @@ def _verdict(checks: list[str]) -> str:
 
 
 BOX_COLUMNS = ("workload", "server", "ops/s", "vs workers = 1", "server µs/op", "server cores",
-               "supervisor cores", "crossed", "p50 / p99 ms", "others' cores",
+               "supervisor cores", "crossed", "moved", "p50 / p99 ms", "others' cores",
                "check")  # fmt: skip
 
 
+def workload_name(row: Row) -> str:
+    """The table's name for a row's workload: "set", "get", or "set, 4 queues a conn"."""
+    return row.unit + (f", {row.spread} queues a conn" if row.spread > 1 else "")
+
+
 def box_table(runs: list[tuple[str, Row]]) -> Table:
-    """One line per (workload, setup): medians with their range over the runs."""
+    """One line per (workload, setup): medians with their range over the runs; *moved* is
+    the connections handed to their queue's owner in a run."""
     groups: dict[tuple[str, str], list[Row]] = {}
     for name, row in runs:
-        groups.setdefault((row.unit, name), []).append(row)
+        groups.setdefault((workload_name(row), name), []).append(row)
     one = {unit: statistics.median(r.rate for r in rows)
            for (unit, name), rows in groups.items() if name == "workers = 1"}  # fmt: skip
     lines = []
@@ -142,6 +161,9 @@ def box_table(runs: list[tuple[str, Row]]) -> Table:
                 if rows[0].workers > 1
                 else "-",
                 _spread([100 * r.crossed for r in rows], lambda x: f"{x:.0f} %"),
+                f"{statistics.median(r.handoffs for r in rows):.0f}"
+                if rows[0].workers > 1
+                else "-",
                 f"{statistics.median(r.p50_ms for r in rows):.2f} / "
                 f"{statistics.median(r.p99_ms for r in rows):.2f}",
                 f"{statistics.median(r.others_cores for r in rows):.2f}",
@@ -163,43 +185,61 @@ def queue_owned(landed: int, workers: int, *, by_it: bool) -> str:
     raise RuntimeError("no queue name found")  # crc32 over 10,000 names: never
 
 
+#: The probe's three paths of a request for a queue: the worker it landed on owns it, or
+#: another does and the request is forwarded (``worker_handoff = false``), or another does
+#: and the connection moved there with its first such request.
+PATHS = ("local", "forwarded", "handed off")
+
+
 def hop_costs(
-    workers: int, rounds: int, *, size: int = 1024, workdir: str | None = None
+    workers: int,
+    rounds: int,
+    *,
+    size: int = 1024,
+    firsts: int = 600,
+    workdir: str | None = None,
 ) -> dict[str, Any]:
-    """One blocking client of a box of ``workers``: ``rounds`` set + get round trips on a
-    queue its worker owns ("local") and on one another owns ("crossed"), in two
-    alternating sittings each.  Per side: the median round trip (µs), the server's CPU per
-    request (µs, the supervisor's and every worker's), the landing worker's part of it, and
-    the requests made; and where 20 connections opened together landed ("landed":
-    connections per worker), as a client's pool (or the load generator) opens them."""
-    server = KestreldServer(workdir=workdir, workers=workers).start()
-    latencies: dict[str, list[float]] = {"local": [], "crossed": []}
-    cpu = {"local": 0.0, "crossed": 0.0}
-    landing_cpu = {"local": 0.0, "crossed": 0.0}
+    """One blocking client of two boxes of ``workers``, one with ``worker_handoff = false``:
+    ``rounds`` set + get round trips on each path of ``PATHS``, in two alternating sittings
+    each.  Per path: the median round trip (µs), the server's CPU per request (µs, the
+    supervisor's and every worker's), the landing worker's part of it, the requests made;
+    and a fresh connection's first set (``firsts`` connections per path, each connected,
+    asked ``stats`` for its worker, then timed on one ``set``): its median round trip and
+    the server's CPU per connection.  And where 20 connections opened together landed
+    ("landed": connections per worker), as a client's pool (or the load generator) opens
+    them."""
+    forwarding = KestreldServer("worker_handoff = false\n", workdir=workdir, workers=workers)
+    moving = KestreldServer(workdir=workdir, workers=workers)
+    box = {"local": forwarding, "forwarded": forwarding, "handed off": moving}
+    latencies: dict[str, list[float]] = {path: [] for path in PATHS}
+    cpu = dict.fromkeys(PATHS, 0.0)
+    landing_cpu = dict.fromkeys(PATHS, 0.0)
+    first_latencies: dict[str, list[float]] = {path: [] for path in PATHS}
+    first_cpu = dict.fromkeys(PATHS, 0.0)
     landed_on = [0] * workers
+    item = b"x" * size
     try:
-        pool = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(20)]
+        forwarding.start()
+        moving.start()
+        pool = [socket.create_connection(("127.0.0.1", moving.port), timeout=30) for _ in range(20)]
         for sock in pool:
             with sock:
                 landed_on[int(Conn(sock).stats()["worker"])] += 1
-        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Conn(sock)
-            landed = int(conn.stats()["worker"])
-            landing = server.process.worker_pids()[landed]
-            queues = {
-                "local": queue_owned(landed, workers, by_it=True),
-                "crossed": queue_owned(landed, workers, by_it=False),
-            }
-            item = b"x" * size
-            for sitting in range(4):
-                side = ("local", "crossed")[sitting % 2]
-                queue = queues[side]
-                for _ in range(min(200, rounds)):  # the crossing's channel opens, caches warm
+        for sitting in range(2 * len(PATHS)):
+            path = PATHS[sitting % len(PATHS)]
+            server = box[path]
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = Conn(sock)
+                landed = int(conn.stats()["worker"])
+                landing = server.process.worker_pids()[landed]
+                queue = queue_owned(landed, workers, by_it=path == "local")
+                # the forward's channel opens or the connection moves, caches warm
+                for _ in range(min(200, rounds)):
                     conn.set(queue, item)
                     conn.get(queue)
                 before, landing_before = tree_cpu_seconds(server.pid), cpu_seconds(landing)
-                times = latencies[side]
+                times = latencies[path]
                 for _ in range(rounds // 2):
                     t0 = time.perf_counter()
                     if conn.set(queue, item) != b"STORED":
@@ -208,50 +248,61 @@ def hop_costs(
                     if conn.get(queue) != item:
                         raise RuntimeError(f"hop: a get of {queue} did not return the item")
                     times += [t1 - t0, time.perf_counter() - t1]
-                cpu[side] += tree_cpu_seconds(server.pid) - before
-                landing_cpu[side] += cpu_seconds(landing) - landing_before
+                cpu[path] += tree_cpu_seconds(server.pid) - before
+                landing_cpu[path] += cpu_seconds(landing) - landing_before
+        for sitting in range(2 * len(PATHS)):
+            path = PATHS[sitting % len(PATHS)]
+            server = box[path]
+            before = tree_cpu_seconds(server.pid)
+            for _ in range(firsts // 2):
+                with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    conn = Conn(sock)
+                    landed = int(conn.stats()["worker"])
+                    queue = queue_owned(landed, workers, by_it=path == "local")
+                    t0 = time.perf_counter()
+                    if conn.set(queue, item) != b"STORED":
+                        raise RuntimeError(f"hop: a first set to {queue} was not stored")
+                    first_latencies[path].append(time.perf_counter() - t0)
+            first_cpu[path] += tree_cpu_seconds(server.pid) - before
     finally:
-        server.stop()
+        forwarding.stop()
+        moving.stop()
     return {"landed": landed_on} | {
-        side: {
-            "round_trip_us": 1e6 * statistics.median(latencies[side]),
-            "server_us": 1e6 * cpu[side] / len(latencies[side]),
-            "landing_us": 1e6 * landing_cpu[side] / len(latencies[side]),
-            "requests": len(latencies[side]),
+        path: {
+            "round_trip_us": 1e6 * statistics.median(latencies[path]),
+            "server_us": 1e6 * cpu[path] / len(latencies[path]),
+            "landing_us": 1e6 * landing_cpu[path] / len(latencies[path]),
+            "requests": len(latencies[path]),
+            "first_us": 1e6 * statistics.median(first_latencies[path]),
+            "first_server_us": 1e6 * first_cpu[path] / len(first_latencies[path]),
+            "firsts": len(first_latencies[path]),
         }
-        for side in latencies
+        for path in PATHS
     }
 
 
 def hop_table(hops: dict[str, Any], workers: int) -> Table:
-    local, crossed = hops["local"], hops["crossed"]
+    """The probe: a column per path; the first-set lines count a connection's whole life
+    (connect, ``stats``, the set, close), so a path's extra over "local" is its one-off cost."""
+
+    def line(label: str, key: str, fmt: str) -> list[str]:
+        return [label, *(format(hops[path][key], fmt) for path in PATHS)]
+
     landed = " / ".join(map(str, hops["landed"]))
     return Table(
         (
             f"one client, workers = {workers}",
             "served where it lands",
-            "crosses to its owner",
-            "the hop",
+            "forwarded",
+            "handed off",
         ),  # fmt: skip
         [
-            [
-                "round trip, median µs (set, get)",
-                f"{local['round_trip_us']:.0f}",
-                f"{crossed['round_trip_us']:.0f}",
-                f"{crossed['round_trip_us'] - local['round_trip_us']:+.0f}",
-            ],
-            [
-                "server CPU µs per request",
-                f"{local['server_us']:.1f}",
-                f"{crossed['server_us']:.1f}",
-                f"{crossed['server_us'] - local['server_us']:+.1f}",
-            ],
-            [
-                "of which the worker it landed on",
-                f"{local['landing_us']:.1f}",
-                f"{crossed['landing_us']:.1f}",
-                f"{crossed['landing_us'] - local['landing_us']:+.1f}",
-            ],
+            line("round trip, median µs (set, get)", "round_trip_us", ".0f"),
+            line("server CPU µs per request", "server_us", ".1f"),
+            line("of which the worker it landed on", "landing_us", ".1f"),
+            line("a new connection's first set, median µs", "first_us", ".0f"),
+            line("server CPU µs per new connection", "first_server_us", ".0f"),
             ["20 connections opened together, per worker", landed, "", ""],
         ],
     )

@@ -62,6 +62,9 @@ class Role:
     #: > 1: connection i uses queue ``<queue><i mod queues>`` (many queues), and with several
     #: ports it talks to the one its queue hashes to, as a client splits queues over servers.
     queues: int = 1
+    #: set, > 1: connection i alternates its sets over queues i .. i + spread - 1 (mod queues),
+    #: item by item (always on the first server: one server's queues).
+    spread: int = 1
 
     def queue_of(self, index: int) -> str:
         """The queue connection ``index`` uses."""
@@ -275,6 +278,8 @@ class SetConnection(Connection):
         self.next_id = self.reply_id = self.lo
         self.fmt = _set_format(role, queue=self.queue.decode())
         self.copies = 2 if role.distinct_keys else 1  # the format takes a key's id, then the item's
+        # several queues: item id k goes to the (k mod spread)-th
+        self.fmts = [_set_format(role, queue=role.queue_of(index + k)) for k in range(role.spread)]
 
     def next_batch(self) -> tuple[bytes, int, int] | None:
         i = self.next_id
@@ -283,6 +288,9 @@ class SetConnection(Connection):
         n = min(self.role.depth, self.hi - i)
         self.next_id = i + n
         self.reply_id = i  # the id the next STORED stands for
+        if self.role.spread > 1:
+            fmts, spread = self.fmts, self.role.spread
+            return b"".join(fmts[k % spread] % k for k in range(i, i + n)), n, n
         ids = tuple(k for k in range(i, i + n) for _ in range(self.copies))
         return self.fmt * n % ids, n, n
 

@@ -50,6 +50,10 @@ class Spec:
     # instances, the instance that queue hashes to)
     queues: int = 1
     workers: int = 1  # kestreld's workers (one port, one folder)
+    handoff: bool = True  # workers > 1: worker_handoff (false: every foreign request forwarded)
+    # put-many: > 1: connection i alternates its sets over queues i .. i + spread - 1 (mod
+    # queues), so a connection uses queues of several workers
+    spread: int = 1
 
     @property
     def key(self) -> str:
@@ -70,13 +74,17 @@ class Spec:
         many = f"-q{self.queues}" if self.queues > 1 else ""
         many += f"-i{self.instances}" if self.instances > 1 else ""
         many += f"-w{self.workers}" if self.workers > 1 else ""
+        many += f"-s{self.spread}" if self.spread > 1 else ""
+        many += "-nohandoff" if not self.handoff else ""
         return f"{name}-{size}-{conns}-d{self.depth}{many}"
 
     def describe(self) -> str:
         text = self._describe()
         text += f", {self.queues} queues" if self.queues > 1 else ""
+        text += f" ({self.spread} a connection)" if self.spread > 1 else ""
         text += f", {self.instances} instances" if self.instances > 1 else ""
-        return text + (f", workers = {self.workers}" if self.workers > 1 else "")
+        text += f", workers = {self.workers}" if self.workers > 1 else ""
+        return text + (", no hand-off" if not self.handoff else "")
 
     def _describe(self) -> str:
         size = f"{self.size // 1024} KiB" if self.size % 1024 == 0 else f"{self.size} B"
@@ -133,10 +141,14 @@ def plan(spec: Spec, server: str) -> Plan | None:
     queues = spec.queues
     if queues > 1 and (mc or spec.workload not in ("put-many", "get-drain")):
         return None  # many queues: a queue server's set and get only
+    if spec.spread > 1 and (spec.workload != "put-many" or spec.instances > 1):
+        return None  # a connection over several queues: one server's set only
     config = f"sync_journal = {spec.sync_journal}\n" if spec.sync_journal is not None else ""
+    if not spec.handoff and not mc:
+        config += "worker_handoff = false\n"
     if spec.workload == "put-many":
         producer = Role("producer", "set", spec.connections, n, size=size, depth=depth)
-        producer.distinct_keys, producer.queues = mc, queues
+        producer.distinct_keys, producer.queues, producer.spread = mc, queues, spec.spread
         note = "memcached: no fsync" if mc and spec.sync_journal is not None else ""
         return Plan([producer], "set", "producer", config=config, note=note)
     if spec.workload == "get-drain":
@@ -238,6 +250,9 @@ class Row:
     requests_local: int = 0  # workers > 1: requests served where they landed
     requests_crossed: int = 0  # and sent on to the worker owning their queue
     supervisor_cpu: float = 0.0  # workers > 1: the supervisor's own part of server_cpu
+    handoffs: int = 0  # workers > 1: connections moved to their queue's owner
+    handoff: bool = True  # workers > 1: worker_handoff
+    spread: int = 1  # put-many: queues a connection alternates over
 
     @property
     def crossed(self) -> float:
@@ -312,7 +327,7 @@ def measure(
             if bad := sum(r.errors for r in prefilled.roles.values()):
                 raise RuntimeError(f"prefill failed: {bad} errors")
         meter = Meter([srv.pid for srv in servers], profiler_factory)
-        routed_before = routed_requests(ports[0]) if spec.workers > 1 else (0, 0)
+        routed_before = routed_requests(ports[0]) if spec.workers > 1 else (0, 0, 0)
         result = bench_load.run(
             p.roles,
             target,
@@ -322,8 +337,8 @@ def measure(
             cpus=client_cpus,
         )
         meter.stop()
-        routed = routed_requests(ports[0]) if spec.workers > 1 else (0, 0)
-        local, crossed = routed[0] - routed_before[0], routed[1] - routed_before[1]
+        routed = routed_requests(ports[0]) if spec.workers > 1 else (0, 0, 0)
+        local, crossed, handoffs = (a - b for a, b in zip(routed, routed_before, strict=True))
         rss_end = sum(tree_rss(srv.pid) for srv in servers)
         check = _check(p, result, prefilled, target)
     finally:
@@ -371,14 +386,22 @@ def measure(
         requests_local=local,
         requests_crossed=crossed,
         supervisor_cpu=m.own_cpu if spec.workers > 1 else 0.0,
+        handoffs=handoffs,
+        handoff=spec.handoff,
+        spread=spec.spread,
     )
 
 
-def routed_requests(port: int) -> tuple[int, int]:
-    """A box of workers' requests so far: (served where they landed, crossed to the owner)."""
+def routed_requests(port: int) -> tuple[int, int, int]:
+    """A box of workers' requests so far: (served where they landed, crossed to the owner),
+    and the connections handed to an owner."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         stats = Conn(sock).stats()
-    return int(stats["worker_requests_local"]), int(stats["worker_requests_crossed"])
+    return (
+        int(stats["worker_requests_local"]),
+        int(stats["worker_requests_crossed"]),
+        int(stats.get("handoffs", 0)),
+    )
 
 
 class Meter:

@@ -143,6 +143,7 @@ class LargeWrites:
             return f"journal write failed: {e.strerror}"
         future = submit(writer.executor, fd, chunks, size)
         large = self.write = LargeWrite(future, seg, seg.size, batch, fd, size)
+        writer._overtaking = seg if large.overtaken else None
         self.ahead = batch
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.written, large))
         return None
@@ -177,6 +178,7 @@ class LargeWrites:
         assert large is not None
         large.let_go()
         writer = self.writer
+        writer._overtaking = None
         sync = writer.sync
         seg = large.segment
         if error is None:
@@ -211,6 +213,7 @@ class LargeWrites:
         """An fsync failed: written or not, the large write lies behind what it could not
         write, and fails too (its segment, when not the current one, is cut back)."""
         large, self.write = self.write, None
+        self.writer._overtaking = None
         if large is None:
             return
         seg = large.segment

@@ -16,6 +16,7 @@ from kestreld.journal.segment cimport Segment
 from kestreld.journal.tick cimport Flushing, Tick
 
 cdef Py_ssize_t LARGE_WRITE_BYTES
+cdef Py_ssize_t OVERTAKE_BYTES
 
 
 cdef class WriterJournal(Flushing):
@@ -45,6 +46,7 @@ cdef class WriterJournal(Flushing):
     cdef public long long put_offset
     cdef public bint _fresh_segment
     cdef public object large
+    cdef public Segment _overtaking
     cdef public list _early
     cdef public object handles
     cdef public bint cached

@@ -82,6 +82,7 @@ class WriterJournal(Flushing):
         "put_offset",
         "_fresh_segment",
         "large",
+        "_overtaking",
         "_early",
         "handles",
         "cached",
@@ -135,6 +136,9 @@ class WriterJournal(Flushing):
         #: The large write in flight, the batches behind it, the front ends waiting for
         #: their turn (large_write.py).
         self.large = LargeWrites(self)
+        #: The segment a worker thread is appending a large record to while later puts go
+        #: to the next one (large_write.py sets it), else None: one comparison per put.
+        self._overtaking: Segment | None = None
         #: Batches written ahead of a large put of their tick, acknowledged with the tick.
         self._early: list[Batch] = []
         #: The server's descriptor budget (kestreld/journal/handles.py); None: no budget.
@@ -242,19 +246,19 @@ class WriterJournal(Flushing):
         length = len(header) + size
         segments = self.segments
         seg = segments[-1] if segments else None
-        large = self.large.write
         if (
             seg is None
             or (seg.size + length > self.max_journal_size and seg.size > MAGIC_SIZE)
             or self._fresh_segment
         ):
+            large = self.large.write
             if large is not None and large.segment is not seg:
                 # At most the newest two segments may have a write in flight (recovery scans
                 # both): this one fills up while the large write goes on (rare).
                 self.large.wait()
             self._rotate()
             seg = self.segments[-1]
-        elif large is not None and large.segment is seg and large.overtaken:
+        elif self._overtaking is seg:
             # A worker thread is appending a large record to this segment: the puts that come
             # meanwhile start the next one, written (and acknowledged) without waiting for it.
             self._rotate()
