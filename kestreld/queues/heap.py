@@ -17,11 +17,15 @@ import ctypes
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 #: Allocations from this size on get pages of their own (mmap), returned whole when freed.
-#: Set once, it stops glibc raising the threshold after a large item is freed (its default,
-#: "dynamic" threshold moves up to 32 MiB, after which large items stay on the heap).
-MMAP_THRESHOLD = 256 * 1024
-#: Free memory at the top of the heap past this is returned at once by free() itself.
-TRIM_THRESHOLD = 1024 * 1024
+#: glibc's largest: an item of up to 32 MiB comes from the heap, where the next one reuses
+#: its pages.  Mapped, each 8 MiB item cost the event loop its 2,048 page faults as it
+#: arrived and an munmap when freed (0.7 ms, more on a busy machine): a flood of large
+#: items held the loop over 1 ms at 4% of instants, 1% so.
+MMAP_THRESHOLD = 32 * 1024 * 1024
+#: Free memory at the top of the heap past this is returned at once by free() itself: room
+#: for the next large items, and no more than a backlog's allowance over max_memory_size.
+#: The rest comes back when a reader empties (:func:`release`).
+TRIM_THRESHOLD = 32 * 1024 * 1024
 
 
 def _load_libc() -> ctypes.CDLL | None:
