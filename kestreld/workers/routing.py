@@ -570,6 +570,11 @@ class RoutedConnection(MemcacheConnection):
         self.handoffs = 0
         self.arrival: Arrival | None = None
 
+    def too_many(self) -> bool:
+        # One handed over was admitted where it was accepted, and is counted there until
+        # it is counted here: it is never refused for itself.
+        return self.arrival is None and not self.server.role.admits_client(self.server)
+
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         arrival = self.arrival
