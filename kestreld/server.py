@@ -606,14 +606,10 @@ class Server:
         """A connection was accepted (front ends call this, and :meth:`connection_closed`)."""
         self.connections.add(conn)
         self._judge_refusals()
-        if self.role is not None:
-            self.role.connections_changed(self)
 
     def connection_closed(self, conn: Any) -> None:
         self.connections.discard(conn)
         self._judge_refusals()
-        if self.role is not None:
-            self.role.connections_changed(self)
         if self.router is not None:
             self.router.connection_closed(conn)
 

@@ -2,10 +2,11 @@
 
 The file (``connections.count`` in the supervisor's private folder) holds one 8-byte
 count per worker, mapped into every worker; a worker writes only its own slot (its client
-connections now, the channels between workers left out) whenever one opens or closes.  A
-worker admitting a new client takes the file's lock (``flock``), sums the slots and,
-when the box is under ``max_connections``, reserves the client in its slot before the
-lock is let go: two workers accepting at once never pass the limit together.  The lock
+connections now, the channels between workers left out) whenever a connection closes or a
+handed one arrives.  A worker admitting a new client takes the file's lock (``flock``),
+sums the slots and, when the box is under ``max_connections``, counts the client in its
+slot before the lock is let go: two workers accepting at once never pass the limit
+together.  The lock
 costs two system calls per accepted client, next to the accept's own.
 
 A connection handed to another worker (handoff.py) was admitted where it was accepted:

@@ -107,6 +107,8 @@ class WorkerRole:
         return self.box_connections.admit(self.clients(server), server.config.max_connections)
 
     def connections_changed(self, server: Any) -> None:
+        """A connection closed here, or a handed one arrived (one admitted here was
+        counted by :meth:`admits_client`)."""
         if self.box_connections is not None:
             self.box_connections.publish(self.clients(server))
 

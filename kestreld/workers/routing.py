@@ -442,6 +442,7 @@ class Router:
 
     def connection_closed(self, conn: Any) -> None:
         """The client left: its connections to the owners close (its reads there go back)."""
+        self.server.role.connections_changed(self.server)  # the box's max_connections
         self.forwarded.discard(conn)
         mine = self.upstreams.pop(conn, None)
         if mine:
@@ -583,8 +584,9 @@ class RoutedConnection(MemcacheConnection):
         self.arrival = None
         if self.closed:
             return  # refused (too many connections): it closes, having held nothing
-        # Counted once on the box: where it was accepted (its bytes too).
+        # Counted once on the box: where it was accepted (its bytes too); counted here now.
         self.stats.total_connections -= 1
+        self.server.role.connections_changed(self.server)
         self.handoffs = arrival.handoffs
         if arrival.unread:
             self.traffic.bytes_read -= len(arrival.unread)
