@@ -161,6 +161,9 @@ class ChannelConnection(MemcacheConnection):
     def idle_for(self, now: float) -> float:
         return 0.0
 
+    def too_many(self) -> bool:
+        return False  # the workers' own, outside max_connections: its client was admitted
+
 
 async def serve_channel(
     server: Any, path: str, count: ChannelCount, table: dict[bytes, Command]

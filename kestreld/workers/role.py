@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kestreld.frontends.memcache.framing import Command
+from kestreld.workers.box_connections import BoxConnections
 from kestreld.workers.channel import (
     ChannelCount,
     channel_commands,
@@ -47,6 +48,7 @@ class WorkerRole:
     router: Router | None = None
     handoff: Handoff | None = None
     box_queues: BoxQueueCount | None = None
+    box_connections: BoxConnections | None = None
     publishing: asyncio.Task | None = None
     #: The classes of this worker's text and thrift client connections, by front end.
     front_ends: dict[str, type] = field(default_factory=dict)
@@ -66,6 +68,8 @@ class WorkerRole:
 
     async def attach(self, server: Any) -> Router:
         """Serve this worker's channels and route ``server``'s requests."""
+        # Before any client is accepted (a restarted worker's slot starts at zero).
+        self.box_connections = BoxConnections(self.folder, self.index, self.count)
         self.router = Router(server, self.ownership, self.folder)
         table = channel_commands(self.router)
         if server.config.metrics_port is not None:  # worker 0 asks for them (admin port)
@@ -97,6 +101,21 @@ class WorkerRole:
             self.box_queues.publish(len(server.queues.queues))
             await asyncio.sleep(self.PUBLISH_INTERVAL)
 
+    def clients(self, server: Any) -> int:
+        """This worker's client connections (its channels are the workers' own)."""
+        return len(server.connections) - self.channel_count.open
+
+    def admits_client(self, server: Any) -> bool:
+        """A client just accepted here is within the box's ``max_connections``."""
+        assert self.box_connections is not None
+        return self.box_connections.admit(self.clients(server), server.config.max_connections)
+
+    def connections_changed(self, server: Any) -> None:
+        """A connection closed here, or a handed one arrived (one admitted here was
+        counted by :meth:`admits_client`)."""
+        if self.box_connections is not None:
+            self.box_connections.publish(self.clients(server))
+
     def announce_ready(self) -> None:
         if self.ready_fd >= 0:
             try:
@@ -121,6 +140,9 @@ class WorkerRole:
         if self.box_queues is not None:
             self.box_queues.close()
             self.box_queues = None
+        if self.box_connections is not None:
+            self.box_connections.close()
+            self.box_connections = None
         if self.channel is not None:
             self.channel.close()
         for channel in self.wire_channels:

@@ -472,6 +472,7 @@ class Router:
 
     def connection_closed(self, conn: Any) -> None:
         """The client left: its connections to the owners close (its reads there go back)."""
+        self.server.role.connections_changed(self.server)  # the box's max_connections
         self.forwarded.discard(conn)
         mine = self.upstreams.pop(conn, None)
         if mine:
@@ -600,6 +601,11 @@ class RoutedConnection(MemcacheConnection):
         self.handoffs = 0
         self.arrival: Arrival | None = None
 
+    def too_many(self) -> bool:
+        # One handed over was admitted where it was accepted, and is counted there until
+        # it is counted here: it is never refused for itself.
+        return self.arrival is None and not self.server.role.admits_client(self.server)
+
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         arrival = self.arrival
@@ -608,8 +614,9 @@ class RoutedConnection(MemcacheConnection):
         self.arrival = None
         if self.closed:
             return  # refused (too many connections): it closes, having held nothing
-        # Counted once on the box: where it was accepted (its bytes too).
+        # Counted once on the box: where it was accepted (its bytes too); counted here now.
         self.stats.total_connections -= 1
+        self.server.role.connections_changed(self.server)
         self.handoffs = arrival.handoffs
         if arrival.unread:
             self.traffic.bytes_read -= len(arrival.unread)

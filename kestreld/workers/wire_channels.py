@@ -165,8 +165,10 @@ class WireUpstreams:
 
 class ClientSide:
     """What a client connection of a worker adds to its front end's ordinary connection
-    (mixed in before it): the client's life reaches its connections to the owners."""
+    (mixed in before it): the client's life reaches its connections to the owners, and
+    it counts against the box's ``max_connections``."""
 
+    server: Any
     upstreams: WireUpstreams
     inbox: Any
     eof: bool
@@ -188,6 +190,9 @@ class ClientSide:
     def close_now(self) -> None:
         super().close_now()  # type: ignore[misc]
         self.upstreams.close()
+
+    def too_many(self) -> bool:
+        return not self.server.role.admits_client(self.server)
 
 
 class ChannelSide:
@@ -213,6 +218,9 @@ class ChannelSide:
 
     def idle_for(self, now: float) -> float:
         return 0.0
+
+    def too_many(self) -> bool:
+        return False  # the workers' own, outside max_connections: its client was admitted
 
 
 async def serve_wire_channel(

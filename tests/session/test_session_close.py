@@ -389,7 +389,6 @@ def test_reload_between_gets_then_quit(make_server):
 
 
 # max_connections is counted per worker for now: a box-wide count is still to build.
-@pytest.mark.one_process
 def test_max_connections_refuses_the_next_client_only(make_server):
     srv = make_server("max_connections = 1\n")
     first = Conn(srv.connect())

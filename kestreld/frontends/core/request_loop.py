@@ -78,6 +78,12 @@ class RequestConnection(asyncio.Protocol):
         """What a connection over ``max_connections`` is told before it is closed."""
         return b""
 
+    def too_many(self) -> bool:
+        """This connection, just accepted, is one over ``max_connections`` (a worker's
+        client connections count the box's: kestreld.workers.box_connections)."""
+        server = self.server
+        return server.clients() >= server.config.max_connections
+
     def internal_error(self, request: Any) -> None:
         """A request failed on a bug: answer it with the front end's error."""
 
@@ -91,7 +97,7 @@ class RequestConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
         server = self.server
-        if server.clients() >= server.config.max_connections:
+        if self.too_many():
             log.warning("connection_refused", peer=self.peer, reason="too many connections")
             refusal = self.refusal()
             if refusal:

@@ -207,7 +207,7 @@ class Connection(Sink):
                 self.fd = sock.fileno()
                 self.transport_closing = transport.is_closing
         server = self.server
-        if server.clients() >= server.config.max_connections:
+        if self.too_many():
             log.warning("connection_refused", peer=self.peer, reason="too many connections")
             transport.write(server_error("too many connections"))  # type: ignore[attr-defined]
             self.closing = self.closed = True
@@ -216,6 +216,12 @@ class Connection(Sink):
         server.connection_opened(self)
         self.stats.total_connections += 1
         self.session.begin(self.peer)
+
+    def too_many(self) -> bool:
+        """This connection, just accepted, is one over ``max_connections`` (a worker's
+        client connections count the box's: kestreld.workers.box_connections)."""
+        server = self.server
+        return server.clients() >= server.config.max_connections
 
     def connection_lost(self, exc: Exception | None) -> None:
         client_caused = not self.closing

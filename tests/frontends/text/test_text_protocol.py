@@ -233,11 +233,7 @@ def test_limits_apply_across_the_three_front_ends(tmp_path):
     from kestrel_fronts import thrift_client
     from thriftpy2.transport import TTransportException
 
-    # One server: under workers = N each worker counts the connections it accepted, so the
-    # box holds up to N x max_connections, and which worker gets the third is the kernel's.
-    proc = start_fronts(
-        tmp_path / "queues", 'max_connections = 2\nclient_timeout = "1s"\n', workers=1
-    )
+    proc = start_fronts(tmp_path / "queues", 'max_connections = 2\nclient_timeout = "1s"\n')
     text = TextConn(proc.text_port)
     thrift = thrift_client(proc.thrift_port)
     try:
