@@ -621,6 +621,16 @@ class RoutedConnection(MemcacheConnection):
         if arrival.unread:
             self.traffic.bytes_read -= len(arrival.unread)
             self.data_received(arrival.unread)
+        if self.read_paused:
+            # Its bytes paused it (replies the client is not reading): but the loop starts
+            # reading a connection once connection_made returns, whatever was paused in it,
+            # so the pause is asked again then (else a client that never reads has all it
+            # sends read and held).
+            asyncio.get_running_loop().call_soon(self._pause_again)
+
+    def _pause_again(self) -> None:
+        if self.read_paused and not self.closed and self.transport is not None:
+            self.transport.pause_reading()
 
     def eof_received(self) -> bool | None:
         keep = super().eof_received()

@@ -4,6 +4,7 @@ checked from outside with raw memcache connections on a box of two workers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -203,3 +204,19 @@ def test_without_worker_handoff_requests_are_forwarded_as_before(make_server, th
     assert stats["worker"] == "0"
     assert stats["handoffs"] == "0"
     assert stats["worker_requests_crossed"] == "2"
+
+
+def test_a_handed_connection_whose_client_never_reads_is_paused_not_read_whole(box, there):
+    """Its first requests pause it at the owner (their replies wait for the client), and
+    the owner keeps it paused: it does not read and hold all the client sends."""
+    Conn(box.connect()).set(there, "x" * 1_000_000)
+    sock = _on_worker(box, 0).sock
+    sock.settimeout(0.2)
+    requests = f"get {there}/peek\r\n".encode() * 100
+    sent = 0
+    with contextlib.suppress(TimeoutError, BlockingIOError):
+        for _ in range(20_000):
+            sock.send(requests)
+            sent += len(requests)
+    assert sent < 20_000 * len(requests), "the owner read everything a non-reader sent"
+    assert int(Conn(box.connect()).stats()["handoffs"]) >= 1
