@@ -37,7 +37,7 @@ from kestreld.config import ServerConfig
 from kestreld.journal.handles import descriptor_budget, log_open_file_limit, raise_open_file_limit
 from kestreld.security import AuthFileError, TlsError, TlsFiles, build_context, load_auth_file
 from kestreld.security.tls import ServerTls
-from kestreld.state import StartupError
+from kestreld.state import ServerStatus, StartupError, default_status_file, load_status
 
 log = structlog.get_logger("kestreld.supervisor")
 
@@ -264,10 +264,17 @@ class Supervisor:
             workers_serving=sum(c.ready for c in self.children),
             config=os.path.abspath(self.config_path) if self.config_path else None,
             queue_path=os.path.abspath(self.config.queue_path),
+            status=self._status().value,  # as a lone server's event says it
             version=__version__,
             implementation=implementation(),
             pid=os.getpid(),
         )
+
+    def _status(self) -> ServerStatus:
+        """The box's status, as its workers read it at start (the one status file)."""
+        config = self.config
+        path = config.status_file or default_status_file(config.queue_path)
+        return load_status(path, ServerStatus(config.default_status))
 
     def _reap(self) -> None:
         while True:
