@@ -7,25 +7,19 @@ import json
 import os
 import signal
 import socket
-import time
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
 from metrics_scrape import METRICS_CONFIG, fetch, metrics_url, scrape, value
-
-from kestreld.workers.ownership import owner_of
+from worker_box import owned_by, until
 
 WORKERS = 2
-
-
-def _owned_by(index: int, prefix: str) -> str:
-    return next(f"{prefix}{i}" for i in range(1000) if owner_of(f"{prefix}{i}", WORKERS) == index)
 
 
 @pytest.fixture
 def names() -> tuple[str, str]:
     """Two queues: the first owned by worker 0, the second by worker 1."""
-    return _owned_by(0, "jobs"), _owned_by(1, "jobs")
+    return owned_by(0, "jobs"), owned_by(1, "jobs")
 
 
 @pytest.fixture
@@ -164,7 +158,7 @@ def test_admin_shutdown_stops_every_worker(box):
 def test_admin_reload_reloads_every_worker(box):
     status, _, _ = fetch(metrics_url(box, "/reload"))
     assert status == 200
-    assert _until(lambda: {e["worker"] for e in box.events("config_reloaded")} == {0, 1})
+    assert until(lambda: {e["worker"] for e in box.events("config_reloaded")} == {0, 1})
 
 
 def test_a_taken_admin_port_stops_the_box_naming_it(make_server):
@@ -184,12 +178,3 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def _until(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())

@@ -10,15 +10,9 @@ import time
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
-
-from kestreld.workers.ownership import owner_of
+from worker_box import owned_by, until
 
 WORKERS = 2
-
-
-def _owned_by(index: int, prefix: str) -> str:
-    """A queue name worker ``index`` of two owns."""
-    return next(f"{prefix}{i}" for i in range(1000) if owner_of(f"{prefix}{i}", WORKERS) == index)
 
 
 @pytest.fixture
@@ -29,7 +23,7 @@ def box(make_server) -> KestreldProcess:
 @pytest.fixture
 def names() -> tuple[str, str]:
     """Two queues: the first owned by worker 0, the second by worker 1."""
-    return _owned_by(0, "jobs"), _owned_by(1, "jobs")
+    return owned_by(0, "jobs"), owned_by(1, "jobs")
 
 
 def _conn(server: KestreldProcess) -> Conn:
@@ -58,16 +52,6 @@ def _on_worker(server: KestreldProcess, index: int, rounds: int = 100) -> Conn:
     pytest.fail(f"no connection landed on worker {index} in {rounds} rounds of 8")
 
 
-def _until(predicate, timeout: float = 5.0, step: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -92,7 +76,7 @@ def test_queues_land_on_both_workers(box, names):
     def created() -> dict[str, int]:  # each worker writes its own log lines: wait for both
         return {e["queue"]: e["worker"] for e in box.events("queue_created")}
 
-    assert _until(lambda: created() == expected), created()
+    assert until(lambda: created() == expected), created()
 
 
 def test_each_worker_loads_only_its_own_queues_after_a_restart(box, names):
@@ -132,7 +116,7 @@ def test_a_crossed_reliable_read_comes_back_in_order_when_the_client_leaves(box,
     reader.close()
     for name in names:
         back = f"{name}-1".encode()  # the open read is back at the head, in order
-        assert _until(lambda n=name, b=back: conn.get(f"{n}/peek") == b)
+        assert until(lambda n=name, b=back: conn.get(f"{n}/peek") == b)
         assert [conn.get(name) for _ in range(2)] == [f"{name}-1".encode(), f"{name}-2".encode()]
     assert int(_stats(conn)["worker_requests_crossed"]) > 0
 
@@ -174,7 +158,7 @@ def test_a_crossed_monitor_ended_by_the_clients_half_close_sends_its_items(box, 
     assert conn.set(other, "a") == b"STORED"
     out = _half_closed(_on_worker(box, 0), f"monitor {other} 10 5\r\n")
     assert out == f"VALUE {other} 0 1\r\na\r\nEND\r\n".encode()  # whole items, no END after
-    assert _until(lambda: conn.get(f"{other}/peek") == b"a")  # its read went back at the close
+    assert until(lambda: conn.get(f"{other}/peek") == b"a")  # its read went back at the close
 
 
 def test_a_crossed_monitor_ended_by_the_clients_half_close_before_any_item_sends_nothing(
@@ -206,7 +190,7 @@ def test_kill_9_of_a_worker_restarts_it_and_its_items_come_back(box, names):
     killed = time.monotonic()
     # The other worker's client goes on with its own worker's queue meanwhile.
     assert survivor.get(other_queue) == b"o0"
-    restarted = _until(lambda: box.worker_pids().get(0, old[0]) != old[0], timeout=5)
+    restarted = until(lambda: box.worker_pids().get(0, old[0]) != old[0], timeout=5)
     assert restarted, "worker 0 was not restarted"
     assert time.monotonic() - killed < 2.5  # restarted within about a second
     assert box.events("worker_died")
@@ -219,7 +203,7 @@ def test_kill_9_of_the_supervisor_leaves_no_worker_and_frees_the_port(box, make_
     pids = box.worker_pids()
     port = box.port
     box.kill()
-    assert _until(lambda: not any(_alive(pid) for pid in pids.values()), timeout=5)
+    assert until(lambda: not any(_alive(pid) for pid in pids.values()), timeout=5)
     probe = socket.socket()
     probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     probe.bind(("127.0.0.1", port))  # free: no worker holds it
@@ -315,7 +299,7 @@ def test_a_reload_that_changes_workers_keeps_the_running_count(make_server, monk
         events = server.events("config_reload_needs_restart")
         return [e for e in events if "workers" in e["keys"]]
 
-    assert len(_until(lambda: len(said()) == WORKERS and said())) == WORKERS  # each worker
+    assert len(until(lambda: len(said()) == WORKERS and said())) == WORKERS  # each worker
 
 
 def test_a_get_of_keys_on_both_workers_answers_in_key_order(box, names):
@@ -355,7 +339,7 @@ def test_an_aborted_item_is_punted_to_an_error_queue_on_the_other_worker(make_se
     assert conn.get(f"{source}/open") == b"bad"
     conn.send(f"get {source}/abort\r\n")
     assert conn.line() == b"END"
-    assert _until(lambda: conn.get(errors)) == b"bad"
+    assert until(lambda: conn.get(errors)) == b"bad"
     assert conn.get(source) is None  # it left the source once the error queue had it
 
 
@@ -392,7 +376,7 @@ def test_an_abort_that_punts_across_is_answered_once_the_target_has_the_item(mak
 
 def test_an_item_punted_across_keeps_its_error_count(make_server, names):
     source, errors = names
-    poison = _owned_by(0, "poison")
+    poison = owned_by(0, "poison")
     box = make_server(
         config=(
             f'[queues.{source}]\npunt_error_to_queue = "{errors}"\n'
@@ -414,19 +398,19 @@ def test_an_item_punted_across_keeps_its_error_count(make_server, names):
 def test_max_queues_counts_the_queues_of_the_whole_box(make_server):
     box = make_server(config="max_queues = 3\n", args=["--workers", str(WORKERS)])
     conn = _conn(box)
-    names = [_owned_by(0, "a"), _owned_by(1, "b"), _owned_by(0, "c")]
+    names = [owned_by(0, "a"), owned_by(1, "b"), owned_by(0, "c")]
     for name in names:
         assert conn.set(name, b"x") == b"STORED"
     for index in (0, 1):  # refused on either worker: the box holds three
-        name = _owned_by(index, "more")
+        name = owned_by(index, "more")
         assert conn.set(name, b"x") == (
             f"SERVER_ERROR too many queues (max_queues = 3); {name} not created".encode()
         )
     conn.send(f"delete {names[1]}\r\n")
     assert conn.line() == b"DELETED"
     # A deleted queue frees the budget of every worker (each writes its count every second).
-    other = _owned_by(0, "more")
-    assert _until(lambda: conn.set(other, b"x") == b"STORED")
+    other = owned_by(0, "more")
+    assert until(lambda: conn.set(other, b"x") == b"STORED")
 
 
 def test_an_authenticated_user_s_roles_hold_on_queues_of_every_worker(make_server, names, tmp_path):
@@ -468,10 +452,10 @@ def test_a_worker_that_cannot_start_is_retried_until_it_can(make_server, tmp_pat
     folder.mkdir()
     (folder / "oldq").write_bytes(b"\x01")  # a Kestrel 2.x journal: a worker refuses to start
     box = make_server(queue_path=folder, args=["--workers", str(WORKERS)])
-    assert _until(lambda: len(box.events("worker_failed_to_start")) >= 2 * WORKERS)
+    assert until(lambda: len(box.events("worker_failed_to_start")) >= 2 * WORKERS)
     assert box.events("listening")[0]["workers_serving"] == 0
     (folder / "oldq").unlink()  # repaired: the next try serves
-    assert _until(lambda: sorted(box.worker_pids()) == [0, 1], timeout=15)
+    assert until(lambda: sorted(box.worker_pids()) == [0, 1], timeout=15)
     conn = _conn(box)
     assert conn.set("after", b"ok") == b"STORED"
     retries = [e["retry_in"] for e in box.events("worker_failed_to_start") if e["worker"] == 0]
@@ -482,11 +466,11 @@ def test_sighup_reloads_every_worker(make_server, monkeypatch):
     monkeypatch.delenv("KESTRELD_TEST_WORKERS", raising=False)
     box = make_server(config="workers = 2\nmax_items = 1\n")
     conn = _conn(box)
-    first = _owned_by(0, "hup")
+    first = owned_by(0, "hup")
     box.config_path.write_text("workers = 2\nmax_items = 2\n")
     box.proc.send_signal(signal.SIGHUP)
-    assert _until(lambda: len(box.events("config_reloaded")) == WORKERS)
-    for name in (first, _owned_by(1, "hup")):
+    assert until(lambda: len(box.events("config_reloaded")) == WORKERS)
+    for name in (first, owned_by(1, "hup")):
         assert [conn.set(name, b"x") for _ in range(3)] == [b"STORED", b"STORED", b"NOT_STORED"]
 
 

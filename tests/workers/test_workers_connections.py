@@ -4,18 +4,11 @@ connections: wherever the kernel lands a client, the one past the limit is refus
 
 from __future__ import annotations
 
-import time
-
 from kestreld_process import Conn, KestreldProcess
-
-from kestreld.workers.ownership import owner_of
+from worker_box import owned_by, until
 
 WORKERS = 2
 REFUSED = b"SERVER_ERROR too many connections"
-
-
-def _owned_by(index: int, prefix: str) -> str:
-    return next(f"{prefix}{i}" for i in range(1000) if owner_of(f"{prefix}{i}", WORKERS) == index)
 
 
 def _box(make_server, config: str) -> KestreldProcess:
@@ -34,16 +27,6 @@ def _open(server: KestreldProcess) -> tuple[Conn, str] | None:
     return conn, conn.stats()["worker"]
 
 
-def _until(predicate, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_the_client_past_max_connections_is_refused_wherever_it_lands(make_server):
     box = _box(make_server, "max_connections = 3\n")
     opened = [_open(box) for _ in range(12)]
@@ -57,7 +40,7 @@ def test_a_client_that_leaves_lets_the_next_one_in(make_server):
     served = [_open(box) for _ in range(3)]
     assert _open(box) is None
     served[0][0].close()
-    next_one = _until(lambda: _open(box))  # kept: a client dropped here would leave
+    next_one = until(lambda: _open(box))  # kept: a client dropped here would leave
     assert next_one is not None
     assert _open(box) is None
 
@@ -69,7 +52,7 @@ def test_a_request_crossing_to_another_worker_on_a_full_box_is_served(make_serve
     assert _open(box) is None
     for conn, _ in clients:
         for index in range(WORKERS):
-            queue = _owned_by(index, "full")
+            queue = owned_by(index, "full")
             assert conn.set(queue, b"x") == b"STORED"
             assert conn.get(queue) == b"x"
 
@@ -77,7 +60,7 @@ def test_a_request_crossing_to_another_worker_on_a_full_box_is_served(make_serve
 def _one_on_worker_0_and_one_more(box: KestreldProcess) -> tuple[Conn, Conn]:
     """The box's two clients, the first on worker 0 (the kernel picks: retry)."""
     for _ in range(100):
-        pair = [_until(lambda: _open(box)) for _ in range(2)]
+        pair = [until(lambda: _open(box)) for _ in range(2)]
         assert None not in pair
         pair.sort(key=lambda served: served[1])
         if pair[0][1] == "0":
@@ -90,7 +73,7 @@ def _one_on_worker_0_and_one_more(box: KestreldProcess) -> tuple[Conn, Conn]:
 def test_a_client_handed_to_a_worker_of_a_full_box_is_served_and_counted_once(make_server):
     box = _box(make_server, "max_connections = 2\nworker_handoff = true\n")
     moving, other = _one_on_worker_0_and_one_more(box)
-    there = _owned_by(1, "there")
+    there = owned_by(1, "there")
     assert moving.set(there, b"x") == b"STORED"
     stats = moving.stats()
     assert (stats["worker"], stats["handoffs"]) == ("1", "1")
@@ -98,6 +81,6 @@ def test_a_client_handed_to_a_worker_of_a_full_box_is_served_and_counted_once(ma
     assert _open(box) is None
     # Counted once: one leaving lets exactly one in.
     other.close()
-    next_one = _until(lambda: _open(box))  # kept: a client dropped here would leave
+    next_one = until(lambda: _open(box))  # kept: a client dropped here would leave
     assert next_one is not None
     assert _open(box) is None

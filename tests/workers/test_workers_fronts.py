@@ -16,14 +16,9 @@ from kestreld_process import Conn, KestreldProcess
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.thrift import TMessageType
 from thriftpy2.transport import TMemoryBuffer
-
-from kestreld.workers.ownership import owner_of
+from worker_box import owned_by, until
 
 WORKERS = 2
-
-
-def _owned_by(index: int, prefix: str) -> str:
-    return next(f"{prefix}{i}" for i in range(1000) if owner_of(f"{prefix}{i}", WORKERS) == index)
 
 
 @pytest.fixture
@@ -36,7 +31,7 @@ def box(tmp_path) -> KestreldProcess:
 @pytest.fixture
 def names(qname) -> tuple[str, str]:
     """Two fresh queues: the first owned by worker 0, the second by worker 1."""
-    return _owned_by(0, f"{qname}_a"), _owned_by(1, f"{qname}_b")
+    return owned_by(0, f"{qname}_a"), owned_by(1, f"{qname}_b")
 
 
 def _stats(box: KestreldProcess) -> dict[str, str]:
@@ -54,7 +49,7 @@ def _crossed(box: KestreldProcess) -> int:
 def _text_on(box: KestreldProcess, index: int) -> TextConn:
     """A text connection worker ``index`` accepted: a peek of a queue worker 1 owns
     crosses from worker 0 only (the box's ``worker_requests_crossed`` tells)."""
-    probe = _owned_by(1, "probe")
+    probe = owned_by(1, "probe")
     for _ in range(100):
         batch = [TextConn(box.text_port) for _ in range(4)]
         found = None
@@ -72,7 +67,7 @@ def _text_on(box: KestreldProcess, index: int) -> TextConn:
 
 
 def _thrift_on(box: KestreldProcess, index: int):
-    probe = _owned_by(1, "probe")
+    probe = owned_by(1, "probe")
     for _ in range(100):
         batch = [thrift_client(box.thrift_port) for _ in range(4)]
         found = None
@@ -97,15 +92,6 @@ def _raw_thrift_call(method: str, args) -> bytes:
     proto.write_message_end()
     body = buf.getvalue()
     return struct.pack(">i", len(body)) + body
-
-
-def _until(predicate, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 # --- text -------------------------------------------------------------------------------------
@@ -133,7 +119,7 @@ def test_text_open_reads_of_a_client_that_leaves_come_back_in_order(box, names):
     assert other.put(theirs, "second") == b"+1"
     assert here.ask(f"get {theirs}") == b":first"  # opened at the owner, held by `here`
     here.close()
-    assert _until(lambda: _stats(box)[f"queue_{theirs}_open_transactions"] == "0")
+    assert until(lambda: _stats(box)[f"queue_{theirs}_open_transactions"] == "0")
     assert other.ask(f"get {theirs}") == b":first"
     assert other.ask(f"confirm {theirs} 1") == b"+1"
     assert other.ask(f"get {theirs}") == b":second"
@@ -204,8 +190,8 @@ def test_a_text_wait_at_an_owner_that_dies_is_answered_and_the_next_request_reac
     old = box.worker_pids()
     os.kill(old[1], signal.SIGKILL)
     assert here.line().startswith(b"-Worker 1 is not serving")
-    assert _until(lambda: box.worker_pids().get(1, old[1]) != old[1])
-    assert _until(lambda: here.put(theirs, "after") == b"+1")
+    assert until(lambda: box.worker_pids().get(1, old[1]) != old[1])
+    assert until(lambda: here.put(theirs, "after") == b"+1")
     assert here.ask(f"get {theirs}") == b":after"
 
 
@@ -236,14 +222,14 @@ def test_thrift_reads_held_by_a_waiting_get_of_a_client_that_leaves_come_back_in
         before = _crossed(box)
         args = kestrel.Kestrel.get_args(queue_name=theirs, max_items=3, timeout_msec=10000)
         sock.sendall(_raw_thrift_call("get", args))
-        if _until(lambda b=before: _crossed(box) > b, 0.5):
+        if until(lambda b=before: _crossed(box) > b, 0.5):
             raw = sock
             break
         sock.close()  # it landed on the owner: its reads go back there as well
     assert raw is not None
-    assert _until(lambda: _stats(box)[f"queue_{theirs}_open_transactions"] == "2")
+    assert until(lambda: _stats(box)[f"queue_{theirs}_open_transactions"] == "2")
     raw.close()
-    assert _until(lambda: _stats(box)[f"queue_{theirs}_open_transactions"] == "0")
+    assert until(lambda: _stats(box)[f"queue_{theirs}_open_transactions"] == "0")
     assert [i.data for i in other.get(theirs, 2, 0, 0)] == [b"first", b"second"]
 
 

@@ -11,14 +11,9 @@ import time
 
 import pytest
 from kestreld_process import Conn, KestreldProcess
-
-from kestreld.workers.ownership import owner_of
+from worker_box import owned_by, until
 
 WORKERS = 2
-
-
-def _owned_by(index: int, prefix: str) -> str:
-    return next(f"{prefix}{i}" for i in range(1000) if owner_of(f"{prefix}{i}", WORKERS) == index)
 
 
 def _box(make_server, config: str = "worker_handoff = true\n") -> KestreldProcess:
@@ -33,13 +28,13 @@ def box(make_server) -> KestreldProcess:
 @pytest.fixture
 def here() -> str:
     """A queue of worker 0, where the tests' connections land."""
-    return _owned_by(0, "here")
+    return owned_by(0, "here")
 
 
 @pytest.fixture
 def there() -> str:
     """A queue of worker 1."""
-    return _owned_by(1, "there")
+    return owned_by(1, "there")
 
 
 def _on_worker(server: KestreldProcess, index: int, login: bytes | None = None) -> Conn:
@@ -60,16 +55,6 @@ def _on_worker(server: KestreldProcess, index: int, login: bytes | None = None) 
             return found
         time.sleep(0.01)
     pytest.fail(f"no connection landed on worker {index}")
-
-
-def _until(predicate, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_a_connection_naming_another_workers_queue_moves_to_that_worker(box, there):
@@ -154,7 +139,7 @@ def test_a_reliable_read_opened_after_the_hand_off_comes_back_on_disconnect(box,
     assert reader.get(f"{there}/open") == b"a"
     assert reader.stats()["worker"] == "1"
     reader.close()
-    assert _until(lambda: producer.get(f"{there}/peek") == b"a")
+    assert until(lambda: producer.get(f"{there}/peek") == b"a")
     assert [producer.get(there), producer.get(there)] == [b"a", b"b"]
 
 
@@ -182,13 +167,13 @@ def test_a_connection_holding_an_open_read_is_forwarded_not_moved(box, here, the
     assert stats["worker"] == "0"
     assert stats["handoffs"] == "0"
     conn.close()  # its read goes back where it was opened
-    assert _until(lambda: producer.get(f"{here}/peek") == b"h")
+    assert until(lambda: producer.get(f"{here}/peek") == b"h")
 
 
 def test_a_hand_off_to_a_worker_that_is_down_is_forwarded_instead(box, here, there):
     conn = _on_worker(box, 0)
     os.kill(box.worker_pids()[1], signal.SIGKILL)
-    assert _until(lambda: box.events("worker_died"))
+    assert until(lambda: box.events("worker_died"))
     conn.send(f"get {there}\r\n")
     reply = conn.line()  # forwarded to the dead worker, or handed to its successor
     assert reply == b"END" or reply.startswith(b"SERVER_ERROR worker 1 is not serving"), reply
