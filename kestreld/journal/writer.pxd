@@ -6,7 +6,7 @@
 
 cimport cython
 
-from kestreld.journal.clock cimport monotonic, now_ms
+from kestreld.journal.clock cimport monotonic
 from kestreld.journal cimport codec
 from kestreld.journal.batch cimport Batch
 from kestreld.journal.fileio cimport write_chunks
@@ -48,6 +48,7 @@ cdef class WriterJournal(Flushing):
     cdef public object large
     cdef public Segment _overtaking
     cdef public list _early
+    cdef public object spare
     cdef public object handles
     cdef public bint cached
     cdef public bint used

@@ -22,7 +22,7 @@ import structlog
 
 from kestreld.journal import codec, large_write, scan
 from kestreld.journal.batch import Batch
-from kestreld.journal.clock import monotonic, now_ms
+from kestreld.journal.clock import monotonic
 from kestreld.journal.codec import MAGIC_SIZE
 from kestreld.journal.fileio import write_chunks
 from kestreld.journal.files import segment_name, unlink_quietly
@@ -31,6 +31,7 @@ from kestreld.journal.large_write import LargeWrites
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
 from kestreld.journal.segment import Segment, SegmentReader
+from kestreld.journal.spare import SpareSegments
 from kestreld.journal.tick import Flushing, Tick
 
 log = structlog.get_logger("kestreld.journal")
@@ -84,6 +85,7 @@ class WriterJournal(Flushing):
         "large",
         "_overtaking",
         "_early",
+        "spare",
         "handles",
         "cached",
         "used",
@@ -141,6 +143,8 @@ class WriterJournal(Flushing):
         self._overtaking: Segment | None = None
         #: Batches written ahead of a large put of their tick, acknowledged with the tick.
         self._early: list[Batch] = []
+        #: The next segment, made ready by a worker thread while rotations are frequent.
+        self.spare = SpareSegments(self)
         #: The server's descriptor budget (kestreld/journal/handles.py); None: no budget.
         self.handles = handles
         self.cached = False  # held by the budget: some descriptor may be open
@@ -200,11 +204,14 @@ class WriterJournal(Flushing):
             self.segments.append(seg)
         # The newest is scanned whole (its first id is needed for the ranges below), and so
         # is the one before: a large record may have been written to it by a worker thread
-        # while later puts went to the newest (a crash then leaves it torn).
-        recovered = self.segments[-2:]
-        for seg in recovered:
+        # while later puts went to the newest (a crash then leaves it torn).  Segments
+        # holding only their header after those (a spare made ready for the next rotation,
+        # spare.py, or a rotation just before a crash) do not count: they are empty.
+        holding = [i for i, seg in enumerate(self.segments) if seg.size > codec.MAGIC_SIZE]
+        first = holding[-2] if len(holding) >= 2 else 0
+        for seg in self.segments[first:]:
             warnings += scan.recover_tail(seg)
-        scan.learn_ranges(self.segments[:-2], self.segments)
+        scan.learn_ranges(self.segments[:first], self.segments)
         last = max((s.last_id for s in self.segments), default=0)
         self.next_id = max(last + 1, min_next_id, 1)
         return warnings
@@ -353,21 +360,26 @@ class WriterJournal(Flushing):
             if not self.large.retire(fd):  # else retired once the large write is done
                 self.sync.retire(fd)
             self.rotations += 1
-        stamp = now_ms()
-        if self.segments and stamp <= self.segments[-1].stamp:
-            stamp = self.segments[-1].stamp + 1
-        path = os.path.join(self.folder, segment_name(self.queue, stamp))
         self._admit()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, codec.WRITER_MAGIC)
-        except OSError:
-            os.close(fd)
-            unlink_quietly(path)
-            raise
+        spare = self.spare.take()
+        if spare is not None:
+            # Created and its header written by a worker thread (spare.py): no file system
+            # call here, where creating the file took up to 10 ms under write-back.
+            stamp, path, fd = spare.stamp, spare.path, spare.future.result()
+        else:
+            stamp = self.spare.stamp_after(self.segments[-1].stamp if self.segments else 0)
+            path = os.path.join(self.folder, segment_name(self.queue, stamp))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, codec.WRITER_MAGIC)
+            except OSError:
+                os.close(fd)
+                unlink_quietly(path)
+                raise
         self._fd = fd
-        self.sync.new_file()
+        self.sync.new_file()  # its name is fsynced with its first batch, spare or not
         self.segments.append(Segment(stamp, path))
+        self.spare.rotated()
 
     def _restart(self, seg: Segment) -> None:
         """Start the abandoned segment ``seg`` again, empty: it holds no acknowledged put.
@@ -615,6 +627,7 @@ class WriterJournal(Flushing):
             return
         self.sync_now()
         self.closed = True
+        self.spare.close()  # never taken: deleted (after a crash it would be an empty segment)
         self.large.free()  # a held large put learns its queue is gone
         self.sync.close()
         if self._fd >= 0:
@@ -669,6 +682,7 @@ class WriterJournal(Flushing):
         fd, self._fd = self._fd, -1
         if fd >= 0:
             _close(fd)
+        self.spare.drop()  # an idle journal keeps no spare (deleted off the loop)
         for log_ in self.logs:
             log_.close_handle()
         self.sync.close_retired()
@@ -679,7 +693,7 @@ class WriterJournal(Flushing):
     def open_handles(self) -> int:
         """Descriptors this journal holds now (its segment, progress files, read-behind)."""
         count = self.reader.open_count() + sum(1 for log_ in self.logs if log_.fd >= 0)
-        return count + (1 if self._fd >= 0 else 0)
+        return count + (1 if self._fd >= 0 else 0) + self.spare.open_count()
 
     # --- reading back (read-behind) ---------------------------------------------------
 

@@ -7,7 +7,8 @@ the last record already offered::
 
 Everything in older segments and before ``offset`` in ``segment`` has been
 offered.  Only the newest segment of a queue can still grow (the server
-writes out a segment before it starts the next one), so a micro-batch reads
+writes out a segment before it starts the next one; a newer one holding only its
+header is a spare, not yet written to), so a micro-batch reads
 the older segments in its range to their end and the newest one up to the
 last *complete* record found when the batch was planned: a record being
 written is never offered half.  Segments that moved to ``archivePath`` are
@@ -134,12 +135,18 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
     def _latest(self, start: Offset) -> Offset:
         queues = dict(start.get("queues", {}))
         for queue, segments in self._segments().items():
-            newest = segments[-1]
             seen = queues.get(queue)
-            if seen is not None and _stamp(seen["segment"]) > newest.stamp:
-                continue  # the folder lost segments we already read; keep our place
-            from_pos = seen["offset"] if seen and seen["segment"] == newest.name else 0
-            queues[queue] = {"segment": newest.name, "offset": self._complete_end(newest, from_pos)}
+            # The newest segment holding a record: one holding only its header may be the
+            # server's spare, made before the segment being written is finished (see
+            # kestreld/journal/spare.py); an offset in it would skip what that one gets.
+            for newest in reversed(segments):
+                if seen is not None and _stamp(seen["segment"]) > newest.stamp:
+                    break  # the folder lost segments we already read; keep our place
+                from_pos = seen["offset"] if seen and seen["segment"] == newest.name else 0
+                end = self._complete_end(newest, from_pos)
+                if end > codec.MAGIC_SIZE or newest is segments[0]:
+                    queues[queue] = {"segment": newest.name, "offset": end}
+                    break
         return {"queues": dict(sorted(queues.items()))}
 
     # --- the DataSourceStreamReader interface ------------------------------------------

@@ -95,6 +95,28 @@ def test_rotation_and_archiving_are_followed(stream_reader, tmp_path) -> None:
     ]
 
 
+def test_a_spare_segment_holding_only_its_header_leaves_the_offset_before_it(
+    stream_reader, tmp_path
+) -> None:
+    """The server makes its next segment ready before the current one is finished
+    (kestreld/journal/spare.py): what the current one gets meanwhile is still offered."""
+    seg = write_segment(tmp_path, "jobs", 1000, items(1, 2))
+    write_segment(tmp_path, "jobs", 2000, [])  # the spare: its header only
+    reader = stream_reader({"path": str(tmp_path)})
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, None)
+    assert first == {"queues": {"jobs": {"segment": "jobs.1000", "offset": seg.stat().st_size}}}
+    with open(seg, "ab") as f:
+        f.write(items(3, 1)[0].record())
+    second = reader.latestOffset(first, None)
+    assert offered(reader, first, second) == [("PUT", 3)]
+    with open(tmp_path / "jobs.2000", "ab") as f:  # the rotation took the spare
+        f.write(items(4, 1)[0].record())
+    third = reader.latestOffset(second, None)
+    assert third["queues"]["jobs"]["segment"] == "jobs.2000"
+    assert offered(reader, second, third) == [("PUT", 4)]
+
+
 def test_a_corrupt_tail_of_a_finished_segment_is_reported(stream_reader, tmp_path) -> None:
     write_segment(tmp_path, "jobs", 1000, items(1, 2), tail=b"\x86\x01\x02")
     write_segment(tmp_path, "jobs", 2000, items(3, 1))
