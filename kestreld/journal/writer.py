@@ -379,7 +379,8 @@ class WriterJournal(Flushing):
         self._fd = fd
         self.sync.new_file()  # its name is fsynced with its first batch, spare or not
         self.segments.append(Segment(stamp, path))
-        self.spare.rotated()
+        if not abandoned:  # a failing disk is no reason to make files ahead
+            self.spare.rotated()
 
     def _restart(self, seg: Segment) -> None:
         """Start the abandoned segment ``seg`` again, empty: it holds no acknowledged put.

@@ -166,6 +166,56 @@ def test_crash_right_after_rotation_keeps_new_items_and_ids_unique(make_server):
     assert len(ids) == len(set(ids)), "ids are never reused"
 
 
+def _header_only(folder: Path, queue: str) -> list[str]:
+    return [n for n in _segment_names(folder, queue) if (folder / n).stat().st_size == 4]
+
+
+def _until_spare(srv, queue: str) -> list[str]:
+    """The header-only segment a queue that rotates often keeps ready (journal/spare.py)."""
+    deadline = time.monotonic() + 5
+    while not (spares := _header_only(srv.queue_path, queue)):
+        assert time.monotonic() < deadline, "no spare segment was made"
+        time.sleep(0.01)
+    return spares
+
+
+def test_kill_with_a_spare_segment_on_disk_keeps_every_item_and_id(make_server):
+    """A kill -9 leaves the spare (its header only) as the newest segment: an empty one."""
+    srv = make_server('max_journal_size = "4KiB"\n')
+    c = Conn(srv.connect())
+    items = [f"{i:0300d}".encode() for i in range(40)]
+    for item in items:
+        assert c.set("spare", item) == b"STORED"
+    spare = _until_spare(srv, "spare")
+    assert spare == _segment_names(srv.queue_path, "spare")[-1:]
+    srv.kill()
+    srv.start()
+    assert not srv.events("journal_repaired")
+    c = Conn(srv.connect())
+    assert c.set("spare", "after") == b"STORED"
+    assert _drain(c, "spare") == items + [b"after"]
+    ids = [
+        p.id
+        for name in _segment_names(srv.queue_path, "spare")
+        for p in _puts(srv.queue_path / name)
+    ]
+    assert ids == sorted(set(ids)), "ids are unique and in segment order"
+
+
+def test_graceful_stop_and_delete_leave_no_spare_segment(make_server):
+    srv = make_server('max_journal_size = "4KiB"\n')
+    c = Conn(srv.connect())
+    for name in ("kept", "gone"):
+        for i in range(40):
+            assert c.set(name, f"{i:0300d}") == b"STORED"
+        _until_spare(srv, name)
+    c.send("delete gone\r\n")
+    assert c.line() == b"DELETED"
+    assert not [n for n in os.listdir(srv.queue_path) if n.startswith("gone.")]
+    srv.stop()
+    assert _header_only(srv.queue_path, "kept") == []
+
+
 def test_restart_never_retires_a_segment_that_still_holds_unread_items(make_server):
     srv = make_server('max_journal_size = "4KiB"\ncheckpoint_interval = "50ms"\n')
     c = Conn(srv.connect())
