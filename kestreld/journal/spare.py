@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any
 
 import structlog
@@ -154,14 +154,18 @@ class SpareSegments:
             _drop(spare, self.writer.executor)
 
     def close(self) -> None:
-        """The journal closes (a stop, a delete): the spare is deleted now, or as soon as
-        it is created; its files are gone before the folder is reported empty."""
+        """The journal closes (a stop, a delete): the spare is deleted before this returns
+        (one being created is waited for, as a delete's other files are unlinked here)."""
         spare, self.spare = self.spare, None
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
         if spare is not None:
-            _drop(spare, None)
+            try:
+                spare.future.exception()  # waits until it is made (or failed)
+            except CancelledError:
+                return  # never made: the executor was shut down first
+            _remove_created(spare.future, spare.path)
 
     def open_count(self) -> int:
         """Descriptors the spare holds (or is about to)."""

@@ -182,6 +182,27 @@ def test_erase_deletes_the_spare_with_the_segments(tmp_path):
     _run(tmp_path, scenario)
 
 
+def test_erase_waits_for_a_spare_being_made_and_deletes_it(tmp_path):
+    gate = threading.Event()
+
+    async def scenario(w):
+        w.executor.submit(gate.wait)  # the spare waits behind this
+        w.put(1, ITEM)
+        w.put(2, ITEM)
+        assert w.spare.spare is not None and not w.spare.spare.ready()
+        threading.Timer(0.05, gate.set).start()
+        w.erase()
+        assert os.listdir(tmp_path) == []
+
+    with ThreadPoolExecutor(1) as executor:
+        w = _writer(tmp_path, executor)
+        try:
+            asyncio.run(scenario(w))
+        finally:
+            gate.set()
+            w.close()
+
+
 def test_start_up_recovers_the_segments_before_a_spare_left_by_a_crash(tmp_path):
     """A large write torn in the segment before the current one, and the spare after it:
     the torn tail is cut as it is without a spare, the spare is an empty segment."""
