@@ -364,7 +364,7 @@ class WriterJournal(Flushing):
         spare = self.spare.take()
         if spare is not None:
             # Created and its header written by a worker thread (spare.py): no file system
-            # call here, where creating the file took up to 10 ms under write-back.
+            # call here, where creating a file can take milliseconds under write-back.
             stamp, path, fd = spare.stamp, spare.path, spare.future.result()
         else:
             stamp = self.spare.stamp_after(self.segments[-1].stamp if self.segments else 0)
