@@ -34,15 +34,6 @@ from kestreld.loop.busy_poll import DEFAULT_LIMIT_US, BusyPoll
 from kestreld.loop.hold import HoldProbe
 from kestreld.queues import heap
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
-from kestreld.security import (
-    Authenticator,
-    AuthFileError,
-    ServerTls,
-    TlsError,
-    TlsFiles,
-    load_auth_file,
-)
-from kestreld.security.tls_stream import TlsStream
 from kestreld.session.gate import Gate
 from kestreld.session.open_ids import OpenIds
 from kestreld.session.trace import SessionTrace
@@ -57,6 +48,7 @@ from kestreld.stats import ServerStats, StatLinesCache, render_dump_stats, rende
 from kestreld.status import StatusBoard
 
 if TYPE_CHECKING:
+    from kestreld.security import Authenticator, ServerTls, TlsFiles
     from kestreld.workers.role import WorkerRole
     from kestreld.workers.routing import Router
 
@@ -185,8 +177,18 @@ class Server:
     def _load_security(self) -> None:
         """TLS context and auth file from the config (raises StartupError naming the file)."""
         config = self.config
+        tls = _tls_files(config)
+        if tls is None and config.auth_file is None:
+            return  # neither: their modules are never loaded (a quarter MiB of memory)
+        from kestreld.security import (
+            Authenticator,
+            AuthFileError,
+            ServerTls,
+            TlsError,
+            load_auth_file,
+        )
+
         try:
-            tls = _tls_files(config)
             if tls is not None:
                 self.tls = ServerTls(tls, config.tls_handshake_timeout / 1000)
             if config.auth_file is not None:
@@ -289,6 +291,8 @@ class Server:
         """``conn`` behind TLS when the listeners are TLS's, else ``conn`` itself."""
         if self.tls is None:
             return conn
+        from kestreld.security.tls_stream import TlsStream
+
         return TlsStream(self.tls, conn, TLS_REQUIRED)
 
     async def _listen(self) -> None:
@@ -507,6 +511,8 @@ class Server:
                 fresh = dataclasses.replace(fresh, **{k: getattr(old, k) for k in group})
         auth = None
         if fresh.auth_file is not None:
+            from kestreld.security import AuthFileError, load_auth_file
+
             try:
                 auth = load_auth_file(fresh.auth_file)
             except AuthFileError as e:
@@ -751,6 +757,8 @@ def numeric_family(address: str) -> socket.AddressFamily | None:
 def _tls_files(config: ServerConfig) -> TlsFiles | None:
     if config.tls_cert_file is None or config.tls_key_file is None:
         return None
+    from kestreld.security import TlsFiles
+
     return TlsFiles(
         config.tls_cert_file, config.tls_key_file, config.tls_ca_file, config.tls_verify_client
     )
