@@ -9,7 +9,6 @@ import fcntl
 import gc
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from kestreld import __version__
 from kestreld.compiled import implementation, profile_guided, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import alias_dump_lines
+from kestreld.frontends.listener import listen
 from kestreld.frontends.memcache.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
 from kestreld.frontends.memcache.connection import MemcacheConnection
@@ -179,14 +179,10 @@ class Server:
         config = self.config
         tls = _tls_files(config)
         if tls is None and config.auth_file is None:
-            return  # neither: their modules are never loaded (a quarter MiB of memory)
-        from kestreld.security import (
-            Authenticator,
-            AuthFileError,
-            ServerTls,
-            TlsError,
-            load_auth_file,
-        )
+            return  # neither: their modules are never loaded (0.1 MiB of an idle server)
+        from kestreld.security.auth_file import AuthFileError, load_auth_file
+        from kestreld.security.authenticator import Authenticator
+        from kestreld.security.tls import ServerTls, TlsError
 
         try:
             if tls is not None:
@@ -320,26 +316,11 @@ class Server:
         if config.port or not wanted:
             wanted.insert(0, ("memcache", config.port, self._connection))
         for kind, port, factory in wanted:
+            # With workers, the supervisor's socket, shared by every worker.
+            sock = self.role.sockets[kind] if self.role is not None else None
             try:
-                if self.role is not None:  # the supervisor's socket, shared by every worker
-                    self.listeners[kind] = await self.loop.create_server(
-                        factory, sock=self.role.sockets[kind], backlog=4096
-                    )
-                    continue
-                family = numeric_family(config.listen_address)
-                if family is None:  # a name: the loop resolves it, and listens on each address
-                    self.listeners[kind] = await self.loop.create_server(
-                        factory, config.listen_address, port, reuse_address=True, backlog=4096
-                    )
-                    continue
-                # Bound here, a numeric address skips the resolver, which encodes the host as
-                # IDNA (encodings.idna, stringprep, unicodedata: 0.4 MiB of an idle server).
-                # As create_server binds: SO_REUSEADDR, and IPV6_V6ONLY for an IPv6 address.
-                sock = socket.create_server((config.listen_address, port), family=family)
-                sock.setblocking(False)
-                self.listeners[kind] = await self.loop.create_server(
-                    factory, sock=sock, backlog=4096
-                )
+                address = config.listen_address
+                self.listeners[kind] = await listen(self.loop, factory, address, port, sock)
             except OSError as e:
                 for listener in self.listeners.values():
                     listener.close()
@@ -741,17 +722,6 @@ def lock_queue_folder(folder: str) -> int:
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
-
-
-def numeric_family(address: str) -> socket.AddressFamily | None:
-    """AF_INET or AF_INET6 when ``address`` is an IP address in numbers, else None (a name)."""
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, address)
-        except OSError:
-            continue
-        return family
-    return None
 
 
 def _tls_files(config: ServerConfig) -> TlsFiles | None:
