@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # sub-command -> module whose main(argv) -> int runs it
@@ -39,9 +40,33 @@ _TOOLS[("bench",)] = "kestreld.bench.cli"  # the load tests against kestreld, me
 _TOOLS[("passwd",)] = "kestreld.tools.passwd"  # a user's auth file line (auth_file)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, sized without shutil: argparse makes one for every argument
+    added, and shutil (with the compressors it imports) would be half a MiB of the server's
+    idle memory, for a help text it seldom prints."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_terminal_columns() - 2)
+
+
+def _terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` finds it: $COLUMNS, stdout, 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kestreld",
+        formatter_class=_HelpFormatter,
         description="Kestrel-compatible message queue server (memcache text protocol). "
         "Tools: 'kestreld journal dump', 'kestreld journal import-kestrel2', "
         "'kestreld analyze', 'kestreld ping', 'kestreld queues', 'kestreld move', "

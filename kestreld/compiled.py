@@ -51,6 +51,10 @@ MODULES: tuple[str, ...] = (
     "kestreld.frontends.memcache.commands",
 )
 
+#: The module that holds the C helpers every compiled module imports instead of repeating
+#: them (setup.py); a compiled module does not load without it.
+SHARED_UTILITY = "kestreld._cython_utility"
+
 #: Set to 1 (or any value but 0 or empty) to run the plain Python even when compiled.
 ENV_VAR = "KESTRELD_NO_EXTENSIONS"
 
@@ -86,7 +90,7 @@ class _HotModuleFinder:
             source = os.path.join(folder, leaf + ".py")
             if not os.path.isfile(source):
                 continue
-            if not self.source_only:
+            if not self.source_only and _shared_utility_built():
                 built = _extension(folder, leaf)
                 if built is not None and not self._is_stale(name, source, built):
                     return importlib.util.spec_from_file_location(name, built)
@@ -110,6 +114,14 @@ def _extension(folder: str, leaf: str) -> str | None:
         if os.path.isfile(candidate):
             return candidate
     return None
+
+
+def _shared_utility_built() -> bool:
+    """True when the extension every compiled module imports is there (a failed compile of
+    it, or a checkout built before it, runs the plain Python)."""
+    # Beside this file: both are in the package kestreld.
+    folder = os.path.dirname(os.path.abspath(__file__))
+    return _extension(folder, SHARED_UTILITY.rpartition(".")[2]) is not None
 
 
 def _finder() -> _HotModuleFinder | None:

@@ -21,7 +21,7 @@ from kestreld import __version__
 from kestreld.compiled import implementation, profile_guided, report_implementation
 from kestreld.config import ConfigError, ServerConfig, dump_lines, load_config
 from kestreld.config.model import alias_dump_lines
-from kestreld.extras import install_command
+from kestreld.frontends.listener import listen
 from kestreld.frontends.memcache.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
 from kestreld.frontends.memcache.connection import MemcacheConnection
@@ -34,15 +34,6 @@ from kestreld.loop.busy_poll import DEFAULT_LIMIT_US, BusyPoll
 from kestreld.loop.hold import HoldProbe
 from kestreld.queues import heap
 from kestreld.queues.collection import Kestrel2JournalsFound, QueueCollection
-from kestreld.security import (
-    Authenticator,
-    AuthFileError,
-    ServerTls,
-    TlsError,
-    TlsFiles,
-    load_auth_file,
-)
-from kestreld.security.tls_stream import TlsStream
 from kestreld.session.gate import Gate
 from kestreld.session.open_ids import OpenIds
 from kestreld.session.trace import SessionTrace
@@ -57,6 +48,7 @@ from kestreld.stats import ServerStats, StatLinesCache, render_dump_stats, rende
 from kestreld.status import StatusBoard
 
 if TYPE_CHECKING:
+    from kestreld.security import Authenticator, ServerTls, TlsFiles
     from kestreld.workers.role import WorkerRole
     from kestreld.workers.routing import Router
 
@@ -185,8 +177,14 @@ class Server:
     def _load_security(self) -> None:
         """TLS context and auth file from the config (raises StartupError naming the file)."""
         config = self.config
+        tls = _tls_files(config)
+        if tls is None and config.auth_file is None:
+            return  # neither: their modules are never loaded (0.1 MiB of an idle server)
+        from kestreld.security.auth_file import AuthFileError, load_auth_file
+        from kestreld.security.authenticator import Authenticator
+        from kestreld.security.tls import ServerTls, TlsError
+
         try:
-            tls = _tls_files(config)
             if tls is not None:
                 self.tls = ServerTls(tls, config.tls_handshake_timeout / 1000)
             if config.auth_file is not None:
@@ -289,6 +287,8 @@ class Server:
         """``conn`` behind TLS when the listeners are TLS's, else ``conn`` itself."""
         if self.tls is None:
             return conn
+        from kestreld.security.tls_stream import TlsStream
+
         return TlsStream(self.tls, conn, TLS_REQUIRED)
 
     async def _listen(self) -> None:
@@ -316,15 +316,11 @@ class Server:
         if config.port or not wanted:
             wanted.insert(0, ("memcache", config.port, self._connection))
         for kind, port, factory in wanted:
+            # With workers, the supervisor's socket, shared by every worker.
+            sock = self.role.sockets[kind] if self.role is not None else None
             try:
-                if self.role is not None:  # the supervisor's socket, shared by every worker
-                    self.listeners[kind] = await self.loop.create_server(
-                        factory, sock=self.role.sockets[kind], backlog=4096
-                    )
-                    continue
-                self.listeners[kind] = await self.loop.create_server(
-                    factory, config.listen_address, port, reuse_address=True, backlog=4096
-                )
+                address = config.listen_address
+                self.listeners[kind] = await listen(self.loop, factory, address, port, sock)
             except OSError as e:
                 for listener in self.listeners.values():
                     listener.close()
@@ -346,6 +342,8 @@ class Server:
         try:
             from kestreld.cluster.membership import membership_of_server
         except ImportError as e:
+            from kestreld.extras import install_command
+
             raise StartupError(
                 f"[zookeeper] needs the kazoo library ({e}): {install_command('zookeeper')}"
             ) from None
@@ -494,6 +492,8 @@ class Server:
                 fresh = dataclasses.replace(fresh, **{k: getattr(old, k) for k in group})
         auth = None
         if fresh.auth_file is not None:
+            from kestreld.security import AuthFileError, load_auth_file
+
             try:
                 auth = load_auth_file(fresh.auth_file)
             except AuthFileError as e:
@@ -727,6 +727,8 @@ def lock_queue_folder(folder: str) -> int:
 def _tls_files(config: ServerConfig) -> TlsFiles | None:
     if config.tls_cert_file is None or config.tls_key_file is None:
         return None
+    from kestreld.security import TlsFiles
+
     return TlsFiles(
         config.tls_cert_file, config.tls_key_file, config.tls_ca_file, config.tls_verify_client
     )

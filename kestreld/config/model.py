@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kestreld.config.kestrel import hint as kestrel_hint
-from kestreld.extras import install_command
 from kestreld.names import split_queue_name
 
 KiB = 1024
@@ -328,6 +327,8 @@ def _zookeeper_config(raw: Any) -> ZooKeeperConfig:
             "(the creator is the authenticated user)"
         )
     if importlib.util.find_spec("kazoo") is None:
+        from kestreld.extras import install_command  # shutil and pathlib: for this message only
+
         raise ConfigError(
             "zookeeper: needs the kazoo library, which is not installed; "
             f"install kestreld[zookeeper] ({install_command('zookeeper')})"

@@ -9,6 +9,7 @@
 - :mod:`kestreld.frontends.core` -- what every front end keeps alike and is no wire
   syntax: input bounded to one request beyond the one answered (back-pressure),
   output back-pressure, replies in order, the one close path, the idle timeout.
+- :mod:`kestreld.frontends.listener` -- the listening socket of each front end's port.
 
 Front ends see the server through :class:`kestreld.state.ServerState` and the queues
 through the :class:`~kestreld.session.session.Session`; they never import the journal,

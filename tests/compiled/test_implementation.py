@@ -132,9 +132,31 @@ def test_a_python_run_that_was_not_asked_for_warns_once(tmp_path):
     assert out.count("warning") == 1
 
 
+def test_the_compiled_modules_share_one_module_of_c_helpers():
+    if len(built_extensions()) < len(compiled.MODULES):
+        pytest.skip("no compiled modules in this install (no C compiler when it was built)")
+    code = f"import sys, kestreld.server\nprint(sys.modules['{compiled.SHARED_UTILITY}'].__file__)"
+    loaded = run_python(code, no_extensions=False)
+    assert loaded.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def test_without_the_shared_c_helpers_an_extension_is_skipped(tmp_path, monkeypatch):
+    """A compiled module does not load without them: the .py runs, never an ImportError."""
+    monkeypatch.setattr(compiled, "MODULES", ("fakepkg.hot",))
+    monkeypatch.setattr(compiled, "_shared_utility_built", lambda: False)
+    folder = tmp_path / "fakepkg"
+    folder.mkdir()
+    for leaf in ("hot.py", "hot.pxd", f"hot{importlib.machinery.EXTENSION_SUFFIXES[0]}"):
+        (folder / leaf).write_text("")
+    spec = compiled._HotModuleFinder(source_only=False).find_spec("fakepkg.hot", [str(folder)])
+    assert spec is not None
+    assert Path(spec.origin).name == "hot.py"
+
+
 def test_an_extension_older_than_its_source_is_skipped_in_a_checkout(tmp_path, monkeypatch):
     """After an edit (or a checkout) the .py runs until the next build, never stale code."""
     monkeypatch.setattr(compiled, "MODULES", ("fakepkg.hot",))
+    monkeypatch.setattr(compiled, "_shared_utility_built", lambda: True)
     folder = tmp_path / "fakepkg"
     folder.mkdir()
     source, declarations = folder / "hot.py", folder / "hot.pxd"

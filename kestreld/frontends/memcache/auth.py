@@ -36,7 +36,6 @@ from kestreld.frontends.memcache import commands
 from kestreld.frontends.memcache.codes import LINE
 from kestreld.frontends.memcache.framing import Command
 from kestreld.frontends.memcache.replies import STORED, client_error
-from kestreld.security.authenticator import parse_token
 from kestreld.security.policy import ALL_ROLES, Role, User
 
 if TYPE_CHECKING:
@@ -79,6 +78,8 @@ def _auth(conn: MemcacheConnection, args: list[bytes], data: bytes) -> None:
     checked before: the requests behind it are judged afresh, with the
     command table the answer gives.
     """
+    from kestreld.security.authenticator import parse_token  # loaded with the auth file
+
     quiet = len(args) > 5 and args[-1] == b"noreply"
     token = parse_token(data)
     session = conn.session
