@@ -95,6 +95,8 @@ async def measure(workload: str, connections: int, rounds: int, size: int, folde
             # consumer is blocked (/t=) when the item comes, the hand-off from the set's
             # acknowledgement to the waiting get.
             half = connections // 2
+            if half == 0:
+                raise SystemExit(f"{workload}: needs at least 2 connections (producers and consumers)")
             seconds = await _open_close_rounds(
                 conns[:half], conns[half:], set_req, rounds, waiting=workload == "waiting"
             )
