@@ -96,7 +96,9 @@ async def measure(workload: str, connections: int, rounds: int, size: int, folde
             # acknowledgement to the waiting get.
             half = connections // 2
             if half == 0:
-                raise SystemExit(f"{workload}: needs at least 2 connections (producers and consumers)")
+                raise SystemExit(
+                    f"{workload}: needs at least 2 connections (producers and consumers)"
+                )
             seconds = await _open_close_rounds(
                 conns[:half], conns[half:], set_req, rounds, waiting=workload == "waiting"
             )
