@@ -6,13 +6,34 @@ the last record already offered::
     {"queues": {"jobs": {"segment": "jobs.1700000000000", "offset": 81920}}}
 
 Everything in older segments and before ``offset`` in ``segment`` has been
-offered.  Only the newest segment of a queue can still grow (the server
-writes out a segment before it starts the next one; a newer one holding only its
-header is a spare, not yet written to), so a micro-batch reads
-the older segments in its range to their end and the newest one up to the
-last *complete* record found when the batch was planned: a record being
-written is never offered half.  Segments that moved to ``archivePath`` are
-read from there.  Reading never changes the folder: nothing is consumed.
+offered.  A micro-batch reads the older segments in its range to their end and
+the end segment up to the last *complete* record found when the batch was
+planned: a record being written is never offered half.  A newer segment holding
+only its header is a spare, not yet written to (kestreld/journal/spare.py): the
+offset stays before it.  Segments that moved to ``archivePath`` are read from
+there.  Reading never changes the folder: nothing is consumed.
+
+Usually only the newest segment grows, but not always: while a worker thread
+writes a large item (kestreld/journal/large_write.py), later puts *overtake* it
+into the next segment, so for a while segment S ends in a partial record and
+S+1 already holds complete ones.  The offset therefore never passes a segment
+whose tail is *pending*; it stops at that segment's last complete record, and a
+later batch reads the large item and then S+1, in journal order.  A tail is
+pending when all of these hold:
+
+- the segment is one of the newest two holding records (a write can be in
+  flight only there: the server waits for it before rotating again);
+- the bytes after its last complete record are the start of a record, not a
+  record that can never be valid (that is damage: a ``PROBLEM`` row, and on);
+- the file was modified less than :data:`TORN_AFTER_SECONDS` ago.
+
+Otherwise the tail is torn for good (a crash in the middle of the write, which
+the server's start-up cuts when it runs again) and the stream goes on: the
+segment is read to its end (the torn record is a ``PROBLEM`` row).  A crash thus
+holds a stream at most :data:`TORN_AFTER_SECONDS`.  One window is not seen in
+the files: a large write handed to the worker thread whose first byte is not
+yet written while S+1 already has records; it lasts as long as the executor
+takes to start the job (microseconds when it is idle).
 
 Offsets are deterministic functions of the files, so a query restarted from
 its Spark checkpoint re-reads exactly the batch it had not committed, as long
@@ -25,6 +46,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,6 +72,10 @@ if TYPE_CHECKING:
 
 Offset = dict[str, Any]
 
+#: A partial record at the end of one of the newest two segments, left unchanged this long,
+#: is a crash's torn write, not a large write in flight (which changes the file as it goes).
+TORN_AFTER_SECONDS = 60.0
+
 
 @dataclass
 class SegmentRange(InputPartition):
@@ -61,6 +87,16 @@ class SegmentRange(InputPartition):
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
+
+
+@dataclass(slots=True)
+class SegmentTail:
+    """Where a segment's complete records end, and what follows them."""
+
+    end: int  # just past the last complete record
+    size: int  # the file's size when scanned
+    partial: bool  # the bytes from ``end`` are the start of a record (not damage)
+    modified: float  # the file's mtime, seconds since the epoch
 
 
 def _stamp(name: str) -> int:
@@ -106,8 +142,8 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
             paths.append(os.path.join(self.archive_path, name))
         return JournalFile(FileKind.SEGMENT, name, queue, None, paths, 0, stamp)
 
-    def _complete_end(self, jf: JournalFile, start: int) -> int:
-        """The end of the last complete record of a segment, scanning from ``start``."""
+    def _tail(self, jf: JournalFile, start: int) -> SegmentTail:
+        """Where the complete records of a segment end, scanning from ``start``."""
         pos = max(start, self._boundaries.get(jf.name, 0))
         for path in jf.paths:
             try:
@@ -115,39 +151,63 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
             except FileNotFoundError:
                 continue
             with f:
-                size = os.fstat(f.fileno()).st_size
+                st = os.fstat(f.fileno())
+                size = st.st_size
                 if size < codec.MAGIC_SIZE:
-                    return pos
+                    return SegmentTail(pos, size, partial=False, modified=st.st_mtime)
+                status = codec.Status.END
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                     if pos < codec.MAGIC_SIZE:
                         if mm[: codec.MAGIC_SIZE] != codec.WRITER_MAGIC:
-                            return 0
+                            return SegmentTail(0, size, partial=False, modified=st.st_mtime)
                         pos = codec.MAGIC_SIZE
                     while True:
                         res = codec.scan(mm, pos, size, include_data=False, limit=65536)
-                        pos = res.pos
+                        pos, status = res.pos, res.status
                         if res.status != codec.Status.MORE or len(res.records) < 65536:
                             break
             self._boundaries[jf.name] = pos
-            return pos
-        return start
+            partial = status == codec.Status.MORE and pos < size
+            return SegmentTail(pos, size, partial, st.st_mtime)
+        return SegmentTail(start, start, partial=False, modified=0.0)
 
     def _latest(self, start: Offset) -> Offset:
         queues = dict(start.get("queues", {}))
+        now = time.time()
         for queue, segments in self._segments().items():
-            seen = queues.get(queue)
-            # The newest segment holding a record: one holding only its header may be the
-            # server's spare, made before the segment being written is finished (see
-            # kestreld/journal/spare.py); an offset in it would skip what that one gets.
-            for newest in reversed(segments):
-                if seen is not None and _stamp(seen["segment"]) > newest.stamp:
-                    break  # the folder lost segments we already read; keep our place
-                from_pos = seen["offset"] if seen and seen["segment"] == newest.name else 0
-                end = self._complete_end(newest, from_pos)
-                if end > codec.MAGIC_SIZE or newest is segments[0]:
-                    queues[queue] = {"segment": newest.name, "offset": end}
-                    break
+            end = self._queue_end(segments, queues.get(queue), now)
+            if end is not None:
+                queues[queue] = end
         return {"queues": dict(sorted(queues.items()))}
+
+    def _queue_end(
+        self, segments: list[JournalFile], seen: Offset | None, now: float
+    ) -> Offset | None:
+        """The offset past a queue's complete records (None: keep ``seen``)."""
+        seen_stamp = _stamp(seen["segment"]) if seen else -1
+        # (segment, its tail) of the newest two holding records, newest first: one holding
+        # only its header may be the server's spare, made before the segment being written
+        # is finished (kestreld/journal/spare.py); an offset in it would skip what that one
+        # gets.  The first segment stands even when empty.
+        written: list[tuple[JournalFile, SegmentTail]] = []
+        for jf in reversed(segments):
+            if jf.stamp < seen_stamp or len(written) == 2:
+                break
+            from_pos = seen["offset"] if seen and seen["segment"] == jf.name else 0
+            tail = self._tail(jf, from_pos)
+            if tail.end > codec.MAGIC_SIZE or jf is segments[0]:
+                written.append((jf, tail))
+        if not written:
+            # The folder lost segments we already read (or holds none newer): keep our place.
+            return None
+        if len(written) == 2:
+            older, tail = written[1]
+            if tail.partial and now - tail.modified < TORN_AFTER_SECONDS:
+                # A large write in flight, overtaken by the newer segment's puts (see the
+                # module docstring): wait for it here rather than pass it for good.
+                return {"segment": older.name, "offset": tail.end}
+        newest, tail = written[0]
+        return {"segment": newest.name, "offset": tail.end}
 
     # --- the DataSourceStreamReader interface ------------------------------------------
 

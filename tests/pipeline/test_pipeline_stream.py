@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -118,12 +119,107 @@ def test_a_spare_segment_holding_only_its_header_leaves_the_offset_before_it(
 
 
 def test_a_corrupt_tail_of_a_finished_segment_is_reported(stream_reader, tmp_path) -> None:
-    write_segment(tmp_path, "jobs", 1000, items(1, 2), tail=b"\x86\x01\x02")
+    # Command 8 without a data length: never a record, not one being written.
+    write_segment(tmp_path, "jobs", 1000, items(1, 2), tail=b"\x80\x01\x02")
     write_segment(tmp_path, "jobs", 2000, items(3, 1))
     reader = stream_reader({"path": str(tmp_path)})
     start = reader.initialOffset()
     end = reader.latestOffset(start, None)
     assert offered(reader, start, end) == [("PUT", 1), ("PUT", 2), ("PROBLEM", None), ("PUT", 3)]
+
+
+def overtaken_large_write(folder: Path) -> tuple[Path, bytes]:
+    """The files while a worker thread writes item 3 (3 MiB) to jobs.1000 and puts 4 and 5,
+    coming meanwhile, went to jobs.2000 (kestreld/journal/large_write.py); the rest of
+    item 3's record is returned."""
+    large = Item(3, BASE_MS + 3, b"x" * (3 * 1024 * 1024)).record()
+    seg = write_segment(folder, "jobs", 1000, items(1, 2), tail=large[: 1024 * 1024])
+    write_segment(folder, "jobs", 2000, items(4, 2))
+    return seg, large[1024 * 1024 :]
+
+
+def test_a_large_record_overtaken_by_later_puts_is_offered_before_them(
+    stream_reader, tmp_path
+) -> None:
+    seg, rest = overtaken_large_write(tmp_path)
+    reader = stream_reader({"path": str(tmp_path)})
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, None)
+    complete = seg.stat().st_size - 1024 * 1024
+    assert first == {"queues": {"jobs": {"segment": "jobs.1000", "offset": complete}}}
+    assert offered(reader, start, first) == [("PUT", 1), ("PUT", 2)]
+    assert reader.latestOffset(first, None) == first  # still being written: no batch
+    with open(seg, "ab") as f:
+        f.write(rest)
+    second = reader.latestOffset(first, None)
+    assert second["queues"]["jobs"]["segment"] == "jobs.2000"
+    assert offered(reader, first, second) == [("PUT", 3), ("PUT", 4), ("PUT", 5)]
+
+
+def test_starting_offsets_latest_during_a_large_write_still_offers_it(
+    stream_reader, tmp_path
+) -> None:
+    seg, rest = overtaken_large_write(tmp_path)
+    reader = stream_reader({"path": str(tmp_path), "startingOffsets": "latest"})
+    start = reader.initialOffset()
+    with open(seg, "ab") as f:
+        f.write(rest)
+    assert offered(reader, start, reader.latestOffset(start, None)) == [
+        ("PUT", 3),
+        ("PUT", 4),
+        ("PUT", 5),
+    ]
+
+
+def test_a_tail_torn_by_a_crash_holds_the_stream_only_until_it_is_old(
+    stream_reader, tmp_path
+) -> None:
+    from kestreld.pipeline.stream import TORN_AFTER_SECONDS
+
+    seg, _ = overtaken_large_write(tmp_path)
+    reader = stream_reader({"path": str(tmp_path)})
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, None)
+    assert first["queues"]["jobs"]["segment"] == "jobs.1000"
+    crashed = time.time() - TORN_AFTER_SECONDS - 1  # nothing was written since
+    os.utime(seg, (crashed, crashed))
+    second = reader.latestOffset(first, None)
+    assert second["queues"]["jobs"]["segment"] == "jobs.2000"
+    assert offered(reader, first, second) == [("PROBLEM", None), ("PUT", 4), ("PUT", 5)]
+
+
+def test_a_partial_tail_before_the_newest_two_segments_is_passed(stream_reader, tmp_path) -> None:
+    """A write can be in flight only in the newest two segments: an older partial tail
+    is torn for good, however recent."""
+    overtaken_large_write(tmp_path)
+    write_segment(tmp_path, "jobs", 3000, items(6, 1))
+    reader = stream_reader({"path": str(tmp_path)})
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert end["queues"]["jobs"]["segment"] == "jobs.3000"
+    assert offered(reader, start, end) == [
+        ("PUT", 1),
+        ("PUT", 2),
+        ("PROBLEM", None),
+        ("PUT", 4),
+        ("PUT", 5),
+        ("PUT", 6),
+    ]
+
+
+def test_a_spare_after_an_overtaking_segment_does_not_count_as_newer(
+    stream_reader, tmp_path
+) -> None:
+    seg, rest = overtaken_large_write(tmp_path)
+    write_segment(tmp_path, "jobs", 3000, [])  # the spare: its header only
+    reader = stream_reader({"path": str(tmp_path)})
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, None)
+    assert first["queues"]["jobs"]["segment"] == "jobs.1000"
+    with open(seg, "ab") as f:
+        f.write(rest)
+    second = reader.latestOffset(first, None)
+    assert offered(reader, first, second) == [("PUT", 3), ("PUT", 4), ("PUT", 5)]
 
 
 def test_starting_offsets_latest_skips_what_is_there(stream_reader, tmp_path) -> None:
