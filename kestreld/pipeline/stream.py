@@ -23,17 +23,16 @@ pending when all of these hold:
 
 - the segment is one of the newest two holding records (a write can be in
   flight only there: the server waits for it before rotating again);
-- the bytes after its last complete record are the start of a record, not a
-  record that can never be valid (that is damage: a ``PROBLEM`` row, and on);
+- a record is still to come: the bytes after its last complete record are the
+  start of a record (not a record that can never be valid: that is damage, a
+  ``PROBLEM`` row, and on), or the newer segment's first PUT id is not the next
+  after this one's last (the worker thread has not written a byte yet);
 - the file was modified less than :data:`TORN_AFTER_SECONDS` ago.
 
 Otherwise the tail is torn for good (a crash in the middle of the write, which
 the server's start-up cuts when it runs again) and the stream goes on: the
-segment is read to its end (the torn record is a ``PROBLEM`` row).  A crash thus
-holds a stream at most :data:`TORN_AFTER_SECONDS`.  One window is not seen in
-the files: a large write handed to the worker thread whose first byte is not
-yet written while S+1 already has records; it lasts as long as the executor
-takes to start the job (microseconds when it is idle).
+segment is read to its end (a torn record is a ``PROBLEM`` row).  A crash thus
+holds a stream at most :data:`TORN_AFTER_SECONDS` after the segment last changed.
 
 Offsets are deterministic functions of the files, so a query restarted from
 its Spark checkpoint re-reads exactly the batch it had not committed, as long
@@ -97,6 +96,8 @@ class SegmentTail:
     size: int  # the file's size when scanned
     partial: bool  # the bytes from ``end`` are the start of a record (not damage)
     modified: float  # the file's mtime, seconds since the epoch
+    first_id: int | None  # of its first PUT
+    last_id: int | None  # of its last complete PUT
 
 
 def _stamp(name: str) -> int:
@@ -116,9 +117,9 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
         self.starting = (option(options, "startingOffsets") or "earliest").lower()
         if self.starting not in ("earliest", "latest"):
             raise ValueError("startingOffsets must be 'earliest' or 'latest'")
-        # segment name -> a position known to be a record boundary (content before
-        # it never changes), so each trigger scans only the new bytes
-        self._boundaries: dict[str, int] = {}
+        # segment name -> what its last scan found: its end is a record boundary (content
+        # before it never changes), so each trigger scans only the new bytes
+        self._scanned: dict[str, SegmentTail] = {}
         self._available_now: Offset | None = None
         self._last: Offset | None = None
 
@@ -142,9 +143,12 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
             paths.append(os.path.join(self.archive_path, name))
         return JournalFile(FileKind.SEGMENT, name, queue, None, paths, 0, stamp)
 
-    def _tail(self, jf: JournalFile, start: int) -> SegmentTail:
-        """Where the complete records of a segment end, scanning from ``start``."""
-        pos = max(start, self._boundaries.get(jf.name, 0))
+    def _tail(self, jf: JournalFile) -> SegmentTail:
+        """Where the complete records of a segment end, and its first and last PUT ids."""
+        known = self._scanned.get(jf.name)
+        pos = known.end if known else 0
+        first_id = known.first_id if known else None
+        last_id = known.last_id if known else None
         for path in jf.paths:
             try:
                 f = open(path, "rb")  # noqa: SIM115
@@ -154,22 +158,33 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
                 st = os.fstat(f.fileno())
                 size = st.st_size
                 if size < codec.MAGIC_SIZE:
-                    return SegmentTail(pos, size, partial=False, modified=st.st_mtime)
+                    return SegmentTail(pos, size, False, st.st_mtime, first_id, last_id)
                 status = codec.Status.END
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                     if pos < codec.MAGIC_SIZE:
                         if mm[: codec.MAGIC_SIZE] != codec.WRITER_MAGIC:
-                            return SegmentTail(0, size, partial=False, modified=st.st_mtime)
+                            return SegmentTail(0, size, False, st.st_mtime, None, None)
                         pos = codec.MAGIC_SIZE
                     while True:
                         res = codec.scan(mm, pos, size, include_data=False, limit=65536)
                         pos, status = res.pos, res.status
+                        for rec in res.records:
+                            if isinstance(rec, codec.Put):
+                                first_id = rec.id if first_id is None else first_id
+                                last_id = rec.id
                         if res.status != codec.Status.MORE or len(res.records) < 65536:
                             break
-            self._boundaries[jf.name] = pos
-            partial = status == codec.Status.MORE and pos < size
-            return SegmentTail(pos, size, partial, st.st_mtime)
-        return SegmentTail(start, start, partial=False, modified=0.0)
+            tail = SegmentTail(
+                pos,
+                size,
+                status == codec.Status.MORE and pos < size,
+                st.st_mtime,
+                first_id,
+                last_id,
+            )
+            self._scanned[jf.name] = tail
+            return tail
+        return SegmentTail(pos, pos, False, 0.0, first_id, last_id)
 
     def _latest(self, start: Offset) -> Offset:
         queues = dict(start.get("queues", {}))
@@ -193,8 +208,7 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
         for jf in reversed(segments):
             if jf.stamp < seen_stamp or len(written) == 2:
                 break
-            from_pos = seen["offset"] if seen and seen["segment"] == jf.name else 0
-            tail = self._tail(jf, from_pos)
+            tail = self._tail(jf)
             if tail.end > codec.MAGIC_SIZE or jf is segments[0]:
                 written.append((jf, tail))
         if not written:
@@ -202,7 +216,13 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
             return None
         if len(written) == 2:
             older, tail = written[1]
-            if tail.partial and now - tail.modified < TORN_AFTER_SECONDS:
+            newer = written[0][1]
+            missing = (
+                tail.last_id is not None
+                and newer.first_id is not None
+                and newer.first_id > tail.last_id + 1
+            )
+            if (tail.partial or missing) and now - tail.modified < TORN_AFTER_SECONDS:
                 # A large write in flight, overtaken by the newer segment's puts (see the
                 # module docstring): wait for it here rather than pass it for good.
                 return {"segment": older.name, "offset": tail.end}
@@ -271,6 +291,6 @@ class KestrelJournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
     def commit(self, end: Offset) -> None:
         # Forget boundaries of segments the stream has passed.
         keep = {q["segment"] for q in end.get("queues", {}).values()}
-        for name in list(self._boundaries):
+        for name in list(self._scanned):
             if name not in keep:
-                del self._boundaries[name]
+                del self._scanned[name]

@@ -156,6 +156,24 @@ def test_a_large_record_overtaken_by_later_puts_is_offered_before_them(
     assert offered(reader, first, second) == [("PUT", 3), ("PUT", 4), ("PUT", 5)]
 
 
+def test_a_large_record_not_yet_begun_when_later_puts_overtook_it_is_offered_before_them(
+    stream_reader, tmp_path
+) -> None:
+    """The worker thread has not written a byte of item 3 yet; items 4 and 5 are in the next
+    segment: the gap in the ids says a record is still to come."""
+    seg = write_segment(tmp_path, "jobs", 1000, items(1, 2))
+    write_segment(tmp_path, "jobs", 2000, items(4, 2))
+    reader = stream_reader({"path": str(tmp_path)})
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, None)
+    assert first == {"queues": {"jobs": {"segment": "jobs.1000", "offset": seg.stat().st_size}}}
+    assert offered(reader, start, first) == [("PUT", 1), ("PUT", 2)]
+    with open(seg, "ab") as f:
+        f.write(Item(3, BASE_MS + 3, b"x" * (3 * 1024 * 1024)).record())
+    second = reader.latestOffset(first, None)
+    assert offered(reader, first, second) == [("PUT", 3), ("PUT", 4), ("PUT", 5)]
+
+
 def test_starting_offsets_latest_during_a_large_write_still_offers_it(
     stream_reader, tmp_path
 ) -> None:
@@ -338,3 +356,65 @@ def test_growing_folder_restarted_from_checkpoint_gives_every_item_once(spark, t
         ("mail", i) for i in range(1, 601)
     ]
     assert stream_ids(spark, out)  # the helper reads the same sink
+
+
+def test_a_stream_polling_a_server_during_large_writes_offers_every_item_once(
+    stream_reader, make_server
+) -> None:
+    """Small sets flow on one connection while 8 MiB items are set on another, so the
+    server's later puts overtake each large write into a new segment; micro-batches
+    planned all the while give every item once, in id order, and no PROBLEM."""
+    srv = make_server()
+    reader = stream_reader({"path": str(srv.queue_path), "includeData": "false"})
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def small_sets() -> None:
+        try:
+            client = srv.client()
+            n = 0
+            while not stop.is_set():
+                assert client.set("jobs", b"small-%d" % n, noreply=False)
+                n += 1
+            client.close()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    rows: list[tuple[str, int]] = []
+    batches = 0
+
+    def poll(until: threading.Event) -> None:
+        nonlocal batches
+        try:
+            offset = reader.initialOffset()
+            while True:
+                last = until.is_set()
+                end = reader.latestOffset(offset, None)
+                if end != offset:
+                    rows.extend(offered(reader, offset, end))
+                    reader.commit(end)
+                    offset, batches = end, batches + 1
+                if last:
+                    return
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+
+    done = threading.Event()
+    threads = [threading.Thread(target=small_sets), threading.Thread(target=poll, args=(done,))]
+    for t in threads:
+        t.start()
+    large = srv.client()
+    try:
+        for i in range(32):
+            assert large.set("jobs", bytes([65 + i]) * (8 * 1024 * 1024), noreply=False)
+    finally:
+        stop.set()
+        threads[0].join(60)
+        done.set()  # one last batch after every set was answered
+        threads[1].join(120)
+        large.close()
+    assert not errors
+    ids = [id_ for op, id_ in rows]
+    assert {op for op, _ in rows} == {"PUT"}
+    assert ids == list(range(1, len(ids) + 1))
+    assert len(ids) > 32 and batches > 1
