@@ -11,6 +11,7 @@ from pathlib import Path
 
 import thriftpy2
 from kestreld_process import KestreldProcess
+from ports import free_port
 from thriftpy2.protocol import TBinaryProtocolFactory
 from thriftpy2.rpc import make_client
 from thriftpy2.transport import TFramedTransportFactory
@@ -18,12 +19,6 @@ from thriftpy2.transport import TFramedTransportFactory
 IDL = Path(__file__).resolve().parents[2] / "kestreld" / "frontends" / "thrift" / "kestrel.thrift"
 #: The IDL as a client sees it (a module of its own, not the server's).
 kestrel = thriftpy2.load(str(IDL), module_name="kestrel_client_thrift")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_fronts(queue_path, config: str | None = None, **kwargs) -> KestreldProcess:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from ports import free_port
 
 #: What the executors' Python may import beyond the standard library (pyarrow and the
 #: packages pyarrow's pandas conversions use).  Not kestreld, not pyspark.
@@ -36,12 +37,6 @@ def spark_home() -> str:
     import pyspark
 
     return os.path.dirname(os.path.abspath(pyspark.__file__))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

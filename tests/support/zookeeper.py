@@ -19,6 +19,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ports import free_port
+
 JAR = Path(os.environ.get("KESTRELD_ZOOKEEPER_JAR", "/usr/share/java/zookeeper.jar"))
 MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 
@@ -35,12 +37,6 @@ def available() -> str | None:
 def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     return os.path.join(home, "bin", "java") if home else "java"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ZooKeeperProcess:
