@@ -126,7 +126,7 @@ class SpareSegments:
         stamp = self.stamp_after(writer.segments[-1].stamp)
         path = os.path.join(writer.folder, segment_name(writer.queue, stamp))
         try:
-            future = executor.submit(_create, path)
+            future = executor.submit(create_segment, path)
         except RuntimeError:
             return  # the executor is shut down: the server is stopping
         self.spare = SpareSegment(stamp, path, future)
@@ -172,8 +172,9 @@ class SpareSegments:
         return 1 if self.spare is not None else 0
 
 
-def _create(path: str) -> int:
-    """Create the segment at ``path`` with its header; its descriptor (a worker thread)."""
+def create_segment(path: str) -> int:
+    """Create the segment at ``path`` with its header; its descriptor (a worker thread's
+    spare, or the writer's own rotation when no spare is ready)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
     try:
         os.write(fd, codec.WRITER_MAGIC)

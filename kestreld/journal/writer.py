@@ -31,7 +31,7 @@ from kestreld.journal.large_write import LargeWrites
 from kestreld.journal.periodic_sync import PeriodicSync
 from kestreld.journal.progress import ProgressLog
 from kestreld.journal.segment import Segment, SegmentReader
-from kestreld.journal.spare import SpareSegments
+from kestreld.journal.spare import SpareSegments, create_segment
 from kestreld.journal.tick import Flushing, Tick
 
 log = structlog.get_logger("kestreld.journal")
@@ -369,13 +369,7 @@ class WriterJournal(Flushing):
         else:
             stamp = self.spare.stamp_after(self.segments[-1].stamp if self.segments else 0)
             path = os.path.join(self.folder, segment_name(self.queue, stamp))
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-            try:
-                os.write(fd, codec.WRITER_MAGIC)
-            except OSError:
-                os.close(fd)
-                unlink_quietly(path)
-                raise
+            fd = create_segment(path)
         self._fd = fd
         self.sync.new_file()  # its name is fsynced with its first batch, spare or not
         self.segments.append(Segment(stamp, path))
