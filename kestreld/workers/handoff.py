@@ -66,6 +66,11 @@ class Arrival:
     user: str | None = None
     password_hash: str | None = None
     handoffs: int = 1
+    #: The user's roles and queue patterns as the sender judged them: a connection in
+    #: progress keeps its user across a reload that changed or removed it, as it does in
+    #: one process.
+    roles: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
 
 
 def holds_nothing(conn: Any, reading_elsewhere: bool) -> bool:
@@ -91,6 +96,8 @@ def encode(arrival: Arrival) -> bytes:
             "user": arrival.user,
             "hash": arrival.password_hash,
             "handoffs": arrival.handoffs,
+            "roles": list(arrival.roles),
+            "patterns": list(arrival.patterns),
             "unread": len(arrival.unread),
         }
     ).encode()
@@ -115,8 +122,26 @@ def decode(message: bytes) -> Arrival | None:
     if len(message) > end:
         raise ValueError("bytes after the hand-off")
     return Arrival(
-        message[start:end], header.get("user"), header.get("hash"), int(header["handoffs"])
+        message[start:end],
+        header.get("user"),
+        header.get("hash"),
+        int(header["handoffs"]),
+        tuple(header.get("roles", ())),
+        tuple(header.get("patterns", ())),
     )
+
+
+def principal_of(arrival: Arrival) -> Any:
+    """The user a handed connection authenticated as, as its sender judged it (not looked
+    up again: a reload since then changes new connections only); None for roles that are
+    not a user's."""
+    from kestreld.security.policy import Role, User
+
+    try:
+        roles = frozenset(Role(r) for r in arrival.roles)
+    except ValueError:
+        return None
+    return User(arrival.user or "", arrival.password_hash or "", roles, arrival.patterns)
 
 
 class Handoff:
@@ -178,10 +203,9 @@ class Handoff:
         if arrival.user is not None and server.authenticator is not None:
             from kestreld.frontends.memcache.auth import table_for
 
-            user = server.authenticator.auth.user(arrival.user)
-            if user is None or user.password_hash != arrival.password_hash:
-                # Changed by a reload meanwhile: a new connection authenticates again.
-                log.warning("handoff_user_gone", user=arrival.user)
+            user = principal_of(arrival)
+            if user is None:
+                log.warning("handoff_bad_principal", user=arrival.user)
                 sock.close()
                 return
             table = table_for(user, server.commands)
@@ -241,6 +265,8 @@ class Handoff:
             None if principal is None else principal.name,
             None if principal is None else principal.password_hash,
             conn.handoffs,
+            () if principal is None else tuple(sorted(r.value for r in principal.roles)),
+            () if principal is None else principal.patterns,
         )
         message = encode(arrival)
         fd = os.dup(transport.get_extra_info("socket").fileno())

@@ -131,6 +131,24 @@ def test_a_handed_connection_keeps_its_authentication_and_roles(make_server, the
     assert conn.set(there, b"y") == b"CLIENT_ERROR permission denied"  # still a reader
 
 
+def test_a_connection_whose_user_a_reload_removed_goes_on_when_it_moves(
+    make_server, there, tmp_path
+):
+    """As in one process: a reload changes who may log in, not connections in progress."""
+    from kestreld.security import hash_password
+
+    users = tmp_path / "users"
+    users.write_text(f"alice:{hash_password('a', log2_n=4)}:read,write,admin\n")
+    box = _box(make_server, f'worker_handoff = true\nauth_file = "{users}"\n')
+    conn = _on_worker(box, 0, login=b"alice a")
+    users.write_text(f"bob:{hash_password('b', log2_n=4)}:read\n")
+    conn.send(b"reload\r\n")
+    assert conn.line() == b"Reloaded config."
+    assert conn.set(there, b"x") == b"STORED"  # moves it, still alice with her roles
+    assert conn.stats()["worker"] == "1"
+    assert conn.get(there) == b"x"
+
+
 def test_a_reliable_read_opened_after_the_hand_off_comes_back_on_disconnect(box, there):
     producer = Conn(box.connect())
     for item in (b"a", b"b"):
