@@ -2,8 +2,9 @@
 
 Back-pressure lives here: the input bound (:data:`INBOX_PAUSE`, from
 :mod:`kestreld.frontends.core.limits`), writes paused, the one close path; and the
-read slice (``READ_SLICE_BYTES``): after a large read, reading waits for the loop's next
-turn, so a large put or frame is read one buffer per turn beside the other clients.
+read slice (``READ_SLICE_BYTES``): once that much was read since the last pause, reading
+waits for the loop's next turn, so a large put or frame is read a slice per turn beside the
+other clients.
 
 Kestrel's text and thrift clients send a request and wait for its reply (a
 Finagle client may pipeline, and is answered in order).  So these front ends
@@ -63,6 +64,7 @@ class RequestConnection(asyncio.Protocol):
         self.eof = False  # the client half-closed: answer what it sent, then close
         self.read_paused = False  # paused for a reason of this connection's
         self.sliced = False  # paused after a large read, until the loop's next turn
+        self.unsliced = 0  # bytes read since the last pause
         self.write_paused = False
         self.last_active = time.monotonic()
         self._signal: asyncio.Future | None = None
@@ -125,7 +127,8 @@ class RequestConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.stats.bytes_read += len(data)
-        if len(data) >= READ_SLICE_BYTES:
+        self.unsliced += len(data)
+        if self.unsliced >= READ_SLICE_BYTES:
             self._slice()
         self.last_active = time.monotonic()
         if self.closing:
@@ -167,8 +170,9 @@ class RequestConnection(asyncio.Protocol):
                 self.transport.resume_reading()
 
     def _slice(self) -> None:
-        """A large read: read nothing more of this client in this turn of the loop (the
+        """A slice was read: read nothing more of this client in this turn of the loop (the
         loop reads a socket again within its turn after a read that filled its buffer)."""
+        self.unsliced = 0
         if self.sliced or self.read_paused or self.closed or self.transport is None:
             return  # already paused: whatever resumes it comes later than the next turn
         self.sliced = True

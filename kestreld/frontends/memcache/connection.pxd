@@ -48,6 +48,7 @@ cdef class Connection(Sink):
     cdef public bint write_paused
     cdef public bint read_paused
     cdef public bint sliced
+    cdef public Py_ssize_t unsliced
     cdef public double last_active
     cdef public str put_name
     cdef public object put_expire

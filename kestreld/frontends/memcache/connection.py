@@ -23,9 +23,9 @@ No request is judged (the rest of the input stays buffered) while:
 
 Reading from the socket pauses when too much input piles up meanwhile.
 
-**Reading is shared between connections**: a read of :data:`SLICE_BYTES` or more (a
-large item arriving) pauses reading until the loop's next turn (``sliced``), so the
-other connections' requests are read between two buffers of it.  A pause of its own
+**Reading is shared between connections**: once :data:`SLICE_BYTES` were read since the
+last pause (``unsliced``: a large item arriving), reading pauses until the loop's next turn
+(``sliced``), so the other connections' requests are read between two slices of it.  A pause of its own
 (``read_paused``, any reason above) outlasts the slice: the next turn resumes reading
 only when nothing else paused it, and nothing else resumes it within the turn.
 
@@ -107,7 +107,7 @@ INPUT_PAUSE_LIMIT = 1024 * 1024
 #: A set of at least this size may be held back (see block()).
 PACED_BLOCK_BYTES = HELD_BLOCK_BYTES
 
-#: A read of at least this many bytes ends this connection's reading for the loop's turn.
+#: Bytes read before this connection yields the rest of the loop's turn.
 SLICE_BYTES = READ_SLICE_BYTES
 
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
@@ -144,6 +144,7 @@ class Connection(Sink):
         "write_paused",
         "read_paused",
         "sliced",
+        "unsliced",
         "last_active",
         "put_name",
         "put_expire",
@@ -195,6 +196,7 @@ class Connection(Sink):
         self.write_paused = False
         self.read_paused = False  # paused for a reason of this connection's (see blocked())
         self.sliced = False  # paused after a large read, until the loop's next turn
+        self.unsliced = 0  # bytes read since the last pause
         self.last_active = monotonic()
         #: The queue, expiry (ms) and noreply of a set whose data block is being read
         #: (three fields, not a tuple made and dropped per set).
@@ -260,7 +262,8 @@ class Connection(Sink):
 
     def data_received(self, data: bytes) -> None:
         self.traffic.bytes_read += len(data)
-        if len(data) >= SLICE_BYTES:
+        self.unsliced += len(data)
+        if self.unsliced >= SLICE_BYTES:
             self._slice()  # before the returns below: a large item's bytes mostly take them
         self.last_active = now = monotonic()
         poll = self.poll
@@ -292,11 +295,12 @@ class Connection(Sink):
         poll.served(lone)
 
     def _slice(self) -> None:
-        """A large read: read nothing more of this client in this turn of the loop.
+        """A slice was read: read nothing more of this client in this turn of the loop.
 
         The loop reads a socket again within its turn after a read that filled its
         buffer: without this, a whole 8 MiB item is read (and copied into its block)
         in one turn, while every other connection's requests wait."""
+        self.unsliced = 0
         if self.sliced or self.read_paused or self.closed or self.transport is None:
             return  # already paused: whatever resumes it comes later than the next turn
         self.sliced = True

@@ -1,9 +1,9 @@
-"""A large read is one slice of the loop's turn: the connection reads again on the next turn.
+"""Reading is sliced: a connection that read a slice reads again on the loop's next turn.
 
 The event loop reads a socket again within one turn after every read that filled its buffer,
 so without a slice a client's whole 8 MiB item is read in one turn while every other client
-waits.  A read of ``READ_SLICE_BYTES`` or more pauses reading until the loop's next turn
-(kestreld/frontends/core/limits.py).  That pause is one of its own: it never resumes a
+waits.  Once a connection has read ``READ_SLICE_BYTES`` since its last pause, reading pauses
+until the loop's next turn (kestreld/frontends/core/limits.py).  That pause is one of its own: it never resumes a
 connection paused for another reason (replies not read, closing), and nothing resumes it
 before the next turn.
 
@@ -31,7 +31,7 @@ from kestreld.testing.process import Conn
 
 MiB = 1024 * 1024
 
-#: One read of a large set's block, not complete yet: what a large item's bytes look like.
+#: A slice of a large set's block, not complete yet: what a large item's bytes look like.
 LARGE_READ = b"set big 0 0 %d\r\n" % (4 * READ_SLICE_BYTES) + b"x" * READ_SLICE_BYTES
 
 
@@ -92,6 +92,19 @@ async def test_a_read_of_small_requests_does_not_pause_reading(connected):
     assert bytes(transport.data) == b"STORED\r\n" * 100
 
 
+async def test_reads_that_add_up_to_a_slice_pause_reading_until_the_next_turn(connected):
+    conn, transport = connected
+    piece = 256000  # uvloop's read buffer: the loop reads again after a full one
+    conn.data_received(b"set big 0 0 %d\r\n" % (8 * READ_SLICE_BYTES))
+    for _ in range(READ_SLICE_BYTES // piece):
+        assert transport.reading
+        conn.data_received(b"x" * piece)
+    conn.data_received(b"x" * piece)
+    assert not transport.reading, "a slice was read in this turn"
+    await _turns(1)
+    assert transport.reading
+
+
 async def test_a_connection_paused_for_back_pressure_is_not_resumed_by_its_slice(connected):
     """The client reads no replies (the transport passed its high-water mark) in the turn of
     a large read: the next turn leaves it paused; resuming writes resumes reading."""
@@ -124,7 +137,7 @@ async def test_a_connection_closing_after_a_large_read_is_not_read_again(connect
 
 async def test_a_large_block_read_over_many_turns_is_stored_whole(connected):
     conn, transport = connected
-    item = _item(0, 16 * READ_SLICE_BYTES + 7)
+    item = _item(0, 3 * READ_SLICE_BYTES + 7)
     request = b"set q 0 0 %d\r\n%s\r\nget q\r\n" % (len(item), item)
     for at in range(0, len(request), READ_SLICE_BYTES):
         assert transport.reading
@@ -155,7 +168,7 @@ async def test_a_text_client_paused_for_pipelining_is_not_resumed_by_its_slice(s
     conn = TextConnection(started)
     transport = MemoryTransport()
     conn.connection_made(transport)
-    count = READ_SLICE_BYTES // len(b"peek q\n") + 1
+    count = READ_SLICE_BYTES // len(b"peek q\n") + 1  # in one read
     conn.data_received(b"peek q\n" * count)
     assert not transport.reading
     assert conn.read_paused, "more requests than the inbox holds"
