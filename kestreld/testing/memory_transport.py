@@ -19,6 +19,7 @@ class MemoryTransport(asyncio.Transport):
         self.data = bytearray()
         self.written = 0
         self.closed = False
+        self.reading = True  # pause_reading / resume_reading, as a socket's transport
 
     def write(self, data: Any) -> None:
         self.written += len(data)
@@ -29,10 +30,13 @@ class MemoryTransport(asyncio.Transport):
         return ("127.0.0.1", 0) if name == "peername" else default
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
+
+    def is_reading(self) -> bool:
+        return self.reading
 
     def get_write_buffer_size(self) -> int:
         return 0  # every write is taken at once

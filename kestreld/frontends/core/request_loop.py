@@ -1,7 +1,10 @@
 """The connection core of the text and thrift front ends: one request at a time, in order.
 
 Back-pressure lives here: the input bound (:data:`INBOX_PAUSE`, from
-:mod:`kestreld.frontends.core.limits`), writes paused, the one close path.
+:mod:`kestreld.frontends.core.limits`), writes paused, the one close path; and the
+read slice (``READ_SLICE_BYTES``): once that much was read since the last pause, reading
+waits for the loop's next turn, so a large put or frame is read a slice per turn beside the
+other clients.
 
 Kestrel's text and thrift clients send a request and wait for its reply (a
 Finagle client may pipeline, and is answered in order).  So these front ends
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kestreld.frontends.core.limits import REQUESTS_AHEAD
+from kestreld.frontends.core.limits import READ_SLICE_BYTES, REQUESTS_AHEAD
 from kestreld.session.fetch import WAIT, Fetch
 from kestreld.session.session import Session
 
@@ -59,7 +62,9 @@ class RequestConnection(asyncio.Protocol):
         self.closing = False  # no new request runs; close once the current one is answered
         self.closed = False
         self.eof = False  # the client half-closed: answer what it sent, then close
-        self.read_paused = False
+        self.read_paused = False  # paused for a reason of this connection's
+        self.sliced = False  # paused after a large read, until the loop's next turn
+        self.unsliced = 0  # bytes read since the last pause
         self.write_paused = False
         self.last_active = time.monotonic()
         self._signal: asyncio.Future | None = None
@@ -122,6 +127,9 @@ class RequestConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.stats.bytes_read += len(data)
+        self.unsliced += len(data)
+        if self.unsliced >= READ_SLICE_BYTES:
+            self._slice()
         self.last_active = time.monotonic()
         if self.closing:
             return
@@ -158,6 +166,23 @@ class RequestConnection(asyncio.Protocol):
     def _resume_reading(self) -> None:
         if self.read_paused and self.transport is not None and not self.closing:
             self.read_paused = False
+            if not self.sliced:  # else the slice's end resumes it, on the next turn
+                self.transport.resume_reading()
+
+    def _slice(self) -> None:
+        """A slice was read: read nothing more of this client in this turn of the loop (the
+        loop reads a socket again within its turn after a read that filled its buffer)."""
+        self.unsliced = 0
+        if self.sliced or self.read_paused or self.closed or self.transport is None:
+            return  # already paused: whatever resumes it comes later than the next turn
+        self.sliced = True
+        self.transport.pause_reading()
+        self.server.loop.call_soon(self._unslice)
+
+    def _unslice(self) -> None:
+        """The loop's next turn: read again, unless paused meanwhile for another reason."""
+        self.sliced = False
+        if not self.read_paused and not self.closed and self.transport is not None:
             self.transport.resume_reading()
 
     # --- the request loop -------------------------------------------------------------------

@@ -22,6 +22,7 @@ from posix.uio cimport iovec
 cdef Py_ssize_t OUTPUT_FLUSH_SIZE
 cdef Py_ssize_t OUTPUT_HOLD_LIMIT
 cdef Py_ssize_t PACED_BLOCK_BYTES
+cdef Py_ssize_t SLICE_BYTES
 cdef int GO, KEEP, LATER, SKIP, STOP
 cdef int BUSY, ITEM, LIMITED, MISS, REFUSED
 cdef int PUT
@@ -46,6 +47,8 @@ cdef class Connection(Sink):
     cdef public bint eof
     cdef public bint write_paused
     cdef public bint read_paused
+    cdef public bint sliced
+    cdef public Py_ssize_t unsliced
     cdef public double last_active
     cdef public str put_name
     cdef public object put_expire

@@ -23,6 +23,12 @@ No request is judged (the rest of the input stays buffered) while:
 
 Reading from the socket pauses when too much input piles up meanwhile.
 
+**Reading is shared between connections**: once :data:`SLICE_BYTES` were read since the
+last pause (``unsliced``: a large item arriving), reading pauses until the loop's next turn
+(``sliced``), so the other connections' requests are read between two slices of it.  A pause of its own
+(``read_paused``, any reason above) outlasts the slice: the next turn resumes reading
+only when nothing else paused it, and nothing else resumes it within the turn.
+
 **Closing is one path** (:meth:`Connection.close`): ``quit``, ``shutdown``, a
 fatal line, the idle timeout and a graceful stop all stop taking requests,
 end a wait in progress (it is answered), send every reply already promised,
@@ -41,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from kestreld.frontends.core.held_put import HELD_BLOCK_BYTES, HeldPut, hold
+from kestreld.frontends.core.limits import READ_SLICE_BYTES
 from kestreld.frontends.memcache.codes import GO, KEEP, LATER, SKIP, STOP
 from kestreld.frontends.memcache.framing import Command, Framing, Sink
 from kestreld.frontends.memcache.replies import (
@@ -100,6 +107,9 @@ INPUT_PAUSE_LIMIT = 1024 * 1024
 #: A set of at least this size may be held back (see block()).
 PACED_BLOCK_BYTES = HELD_BLOCK_BYTES
 
+#: Bytes read before this connection yields the rest of the loop's turn.
+SLICE_BYTES = READ_SLICE_BYTES
+
 #: Reply bytes produced before they are handed to the transport (back-pressure check).
 OUTPUT_FLUSH_SIZE = 256 * 1024
 #: Reply bytes promised but not written (held behind the journal) before requests pause.
@@ -133,6 +143,8 @@ class Connection(Sink):
         "eof",
         "write_paused",
         "read_paused",
+        "sliced",
+        "unsliced",
         "last_active",
         "put_name",
         "put_expire",
@@ -182,7 +194,9 @@ class Connection(Sink):
         self.closed = False  # the transport is closed (or was never kept)
         self.eof = False  # the client half-closed: finish what it sent, then close
         self.write_paused = False
-        self.read_paused = False
+        self.read_paused = False  # paused for a reason of this connection's (see blocked())
+        self.sliced = False  # paused after a large read, until the loop's next turn
+        self.unsliced = 0  # bytes read since the last pause
         self.last_active = monotonic()
         #: The queue, expiry (ms) and noreply of a set whose data block is being read
         #: (three fields, not a tuple made and dropped per set).
@@ -248,6 +262,9 @@ class Connection(Sink):
 
     def data_received(self, data: bytes) -> None:
         self.traffic.bytes_read += len(data)
+        self.unsliced += len(data)
+        if self.unsliced >= SLICE_BYTES:
+            self._slice()  # before the returns below: a large item's bytes mostly take them
         self.last_active = now = monotonic()
         poll = self.poll
         poll.arrived(now)
@@ -276,6 +293,26 @@ class Connection(Sink):
             tick.release(lone)
         # Answered: a lone client's next request is polled for a while (busy_poll_us).
         poll.served(lone)
+
+    def _slice(self) -> None:
+        """A slice was read: read nothing more of this client in this turn of the loop.
+
+        The loop reads a socket again within its turn after a read that filled its
+        buffer: without this, a whole 8 MiB item is read (and copied into its block)
+        in one turn, while every other connection's requests wait."""
+        self.unsliced = 0
+        if self.sliced or self.read_paused or self.closed or self.transport is None:
+            return  # already paused: whatever resumes it comes later than the next turn
+        self.sliced = True
+        self.transport.pause_reading()
+        self.server.loop.call_soon(self._unslice)
+
+    def _unslice(self) -> None:
+        """The loop's next turn: read again, unless paused meanwhile for another reason
+        (its own resume then reads again)."""
+        self.sliced = False
+        if not self.read_paused and not self.closed and self.transport is not None:
+            self.transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         """The client sent its last byte (``nc -N``, ``shutdown(SHUT_WR)``).
@@ -335,7 +372,8 @@ class Connection(Sink):
             return
         if self.read_paused and self.transport is not None:
             self.read_paused = False
-            self.transport.resume_reading()
+            if not self.sliced:  # else the slice's end resumes it, on the next turn
+                self.transport.resume_reading()
         data = self.framing.take_input()
         if data:
             self.last_active = monotonic()
