@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import struct
 import threading
 from collections.abc import Callable
 
@@ -57,9 +56,8 @@ THREADS = 2
 #: At most this many chunks per writev (IOV_MAX on Linux): more take more calls.
 IOV_MAX_CHUNKS = 1024
 
-#: A job's address as it goes through the pipes: one machine word, written whole (a pipe
-#: write of up to PIPE_BUF bytes is never split, so a read of one word gets one job).
-_WORD = struct.Struct("n")
+# A job's address goes through the pipes as one machine word, written whole (a pipe write
+# of up to PIPE_BUF bytes is never split), so a read of one word is one job.
 
 
 class WriteJob:
@@ -154,20 +152,30 @@ class WriteThreads:
         written (or failed: the job's ``result()`` says)."""
         job = WriteJob(fd, chunks, on_done)
         self.pending[job.address] = job
-        os.write(self._jobs_in, _WORD.pack(job.address))  # a pipe of 64 KiB: never full
+        # write(2) itself, the GIL kept (os.write would let it go and take it back: a hand-off
+        # to any thread that wants it).  A pipe of 64 KiB (8,192 jobs): never full.
+        _write_word(self._jobs_in, job.address)
         return job
 
     def _reported(self) -> None:
-        try:
-            data = os.read(self._done_out, _WORD.size * 512)
-        except BlockingIOError:
-            return
-        for (address,) in _WORD.iter_unpack(data):
-            self.pending.pop(address).reported()
+        address = cython.declare(cython.Py_ssize_t, 0)
+        # Every report read is taken off ``pending`` first: one failing callback must not
+        # leave the others, already out of the pipe, unreported.
+        jobs = []
+        while _read_word(self._done_out, cython.address(address)):  # non-blocking
+            jobs.append(self.pending.pop(address))
+        for job in jobs:
+            try:
+                job.reported()
+            except Exception as e:  # noqa: BLE001 - as the loop reports a failed callback
+                self.loop.call_exception_handler(
+                    {"message": "large write report failed", "exception": e}
+                )
 
     def close(self) -> None:
         """Stop the threads once the jobs handed over are written (a job of 0 each)."""
-        os.write(self._jobs_in, _WORD.pack(0) * len(self.threads))
+        for _ in self.threads:
+            _write_word(self._jobs_in, 0)
         for thread in self.threads:
             thread.join()
         if not self.loop.is_closed():
@@ -230,7 +238,7 @@ def _write_iov(fd: int, iov: object, count: int) -> int:
 
 
 def _read_word(fd: int, word: object) -> bool:
-    """Read one word from the pipe of jobs; False when it is closed or failed."""
+    """Read one word from a pipe; False when it is empty (non-blocking), closed or failed."""
     n = cython.declare(cython.Py_ssize_t)
     while True:
         n = c_read(fd, word, cython.sizeof(cython.Py_ssize_t))
@@ -242,7 +250,7 @@ def _read_word(fd: int, word: object) -> bool:
 
 
 def _write_word(fd: int, word: int) -> None:
-    """Write one word (a job's address) to the pipe of reports."""
+    """Write one word (a job's address) to a pipe."""
     n = cython.declare(cython.Py_ssize_t)
     while True:
         n = c_write(fd, cython.address(word), cython.sizeof(cython.Py_ssize_t))
