@@ -25,7 +25,7 @@ from kestreld.frontends.listener import listen
 from kestreld.frontends.memcache.auth import LOCKED, LOCKED_UNKNOWN
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
 from kestreld.frontends.memcache.connection import MemcacheConnection
-from kestreld.journal import handles, large_write, write_thread
+from kestreld.journal import handles
 from kestreld.journal.files import LOCK_FILE
 from kestreld.journal.handles import DescriptorBudget, descriptor_budget, raise_open_file_limit
 from kestreld.journal.periodic_sync import sync_filesystem
@@ -115,8 +115,6 @@ class Server:
         self.busy_poll = BusyPoll(DEFAULT_LIMIT_US if poll_us is None else poll_us)
         self.loop_hold = HoldProbe()  # how late the loop serves a timer (loop_hold_* stats)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kestreld-io")
-        #: Write large puts without the GIL (compiled build, from start to stop), else None.
-        self.write_threads: write_thread.WriteThreads | None = None
         self.queues = QueueCollection(
             config, self.executor, role.ownership.owns if role is not None else None
         )
@@ -201,9 +199,6 @@ class Server:
         self._share_descriptors()
         self._load_security()
         self._lock_folder()
-        if write_thread.COMPILED:
-            self.write_threads = write_thread.WriteThreads(self.loop)
-            large_write.use_write_threads(self.write_threads)
         try:
             status = load_status(self.status_path, ServerStatus(self.config.default_status))
             self.status_board = StatusBoard(status, self.config.status_change_grace_period)
@@ -228,7 +223,6 @@ class Server:
                 self.memcache_connection = self.router.connection_class
             await self._listen()
         except BaseException:
-            self._stop_write_threads()
             self._unlock()
             raise
         self._tasks = [
@@ -689,7 +683,6 @@ class Server:
         self.open_ids.close()  # reads held under thrift ids go back before the journals close
         await asyncio.sleep(0)
         self.queues.close()
-        self._stop_write_threads()  # the journals waited for their large writes
         if self.authenticator is not None:
             self.authenticator.close()
         self.executor.shutdown(wait=True)
@@ -697,12 +690,6 @@ class Server:
             await asyncio.to_thread(self.membership.close)
         self._unlock()
         log.info("stopped")
-
-    def _stop_write_threads(self) -> None:
-        threads, self.write_threads = self.write_threads, None
-        if threads is not None:
-            large_write.use_write_threads(None)
-            threads.close()
 
     def _unlock(self) -> None:
         if self._lock_fd >= 0:

@@ -17,9 +17,9 @@ and cuts a torn last record (a crash in the middle of the large write).  A rotat
 next segment, a shutdown or a failed fsync waits for the write first.  Behind a write of
 less than :data:`OVERTAKE_BYTES` later puts wait in the buffer instead.
 
-Who writes: the server's write threads once it started them (:func:`use_write_threads`,
-compiled build: write_thread.py, threads that never take the GIL, so the loop never waits
-for one), else the executor (the plain build, offline tools, a writer driven by hand).
+Who writes: the write threads of the server's queues (:func:`start_write_threads`, compiled
+build: write_thread.py, threads that never take the GIL, so the loop never waits for one),
+else the executor (the plain build, offline tools, a writer driven by hand).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from kestreld.journal import write_thread
 from kestreld.journal.batch import Batch
 from kestreld.journal.segment import Segment
 from kestreld.journal.write_thread import WriteJob, WriteThreads
@@ -52,15 +53,30 @@ RESOLVE_SLICE = 128
 #: wait, so that busy ticks do not each leave a segment of their own.
 OVERTAKE_BYTES = 2 * 1024 * 1024
 
-#: The server's write threads (compiled build), set while it runs; None: the executor.
+#: The write threads of the server's queues (compiled build), from their load to their
+#: close; None: the executor.
 _write_threads: WriteThreads | None = None
 
 
-def use_write_threads(threads: WriteThreads | None) -> None:
-    """Large writes go to ``threads`` from now on (None: back to the executor).  The server
-    sets them at start and clears them at stop, once every journal is closed."""
+def start_write_threads() -> None:
+    """Large writes made on the running loop go to write threads from now on (compiled
+    build; the plain one, or no running loop: the executor still)."""
     global _write_threads
-    _write_threads = threads
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if write_thread.COMPILED and (_write_threads is None or _write_threads.loop is not loop):
+        stop_write_threads()
+        _write_threads = WriteThreads(loop)
+
+
+def stop_write_threads() -> None:
+    """Back to the executor; the threads stop once the writes handed to them are done."""
+    global _write_threads
+    threads, _write_threads = _write_threads, None
+    if threads is not None:
+        threads.close()
 
 
 class LargeWrite:
