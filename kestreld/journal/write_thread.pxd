@@ -5,7 +5,7 @@ cimport cython
 from cpython.pythread cimport PyThread_type_lock
 from posix.uio cimport iovec
 
-cdef int IOV_MAX_CHUNKS  # COMPILED stays a Python name: the server reads it
+cdef int IOV_MAX_CHUNKS  # COMPILED stays a Python name: large_write.py reads it
 
 # What a write thread reads: filled by the loop, alive (in a WriteJob) until reported.
 cdef struct Job:
