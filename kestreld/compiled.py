@@ -29,6 +29,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.queues.blocking",
     "kestreld.journal.codec",
     "kestreld.journal.fileio",
+    "kestreld.journal.write_thread",
     "kestreld.journal.batch",
     "kestreld.journal.progress",
     "kestreld.journal.periodic_sync",

@@ -16,6 +16,10 @@ at a time, so a write can be in flight only in the newest two segments; start-up
 and cuts a torn last record (a crash in the middle of the large write).  A rotation of the
 next segment, a shutdown or a failed fsync waits for the write first.  Behind a write of
 less than :data:`OVERTAKE_BYTES` later puts wait in the buffer instead.
+
+Who writes: the write threads of the server's queues (:func:`start_write_threads`, compiled
+build: write_thread.py, threads that never take the GIL, so the loop never waits for one),
+else the executor (the plain build, offline tools, a writer driven by hand).
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from typing import Any
 
 import structlog
 
+from kestreld.journal import write_thread
 from kestreld.journal.batch import Batch
 from kestreld.journal.segment import Segment
+from kestreld.journal.write_thread import WriteJob, WriteThreads
 
 log = structlog.get_logger("kestreld.journal")
 
@@ -47,17 +53,41 @@ RESOLVE_SLICE = 128
 #: wait, so that busy ticks do not each leave a segment of their own.
 OVERTAKE_BYTES = 2 * 1024 * 1024
 
+#: The write threads of the server's queues (compiled build), from their load to their
+#: close; None: the executor.
+_write_threads: WriteThreads | None = None
+
+
+def start_write_threads() -> None:
+    """Large writes made on the running loop go to write threads from now on (compiled
+    build; the plain one, or no running loop: the executor still)."""
+    global _write_threads
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    if write_thread.COMPILED and (_write_threads is None or _write_threads.loop is not loop):
+        stop_write_threads()
+        _write_threads = WriteThreads(loop)
+
+
+def stop_write_threads() -> None:
+    """Back to the executor; the threads stop once the writes handed to them are done."""
+    global _write_threads
+    threads, _write_threads = _write_threads, None
+    if threads is not None:
+        threads.close()
+
 
 class LargeWrite:
     """One buffer of records being written by a worker thread to one segment."""
 
     __slots__ = ("future", "segment", "end", "batch", "fd", "started", "retire", "overtaken")
 
-    def __init__(
-        self, future: Future, segment: Segment, end: int, batch: Batch, fd: int, size: int
-    ) -> None:
+    def __init__(self, segment: Segment, end: int, batch: Batch, fd: int, size: int) -> None:
         self.started = time.monotonic()
-        self.future = future
+        #: The write on its thread (a Future, or a WriteJob: both have ``result()``).
+        self.future: Future | WriteJob | None = None
         self.segment = segment
         self.end = end  # the segment's size once this write is done
         self.batch = batch  # its puts: acknowledged once written (and synced)
@@ -66,6 +96,10 @@ class LargeWrite:
         self.retire = False
         #: Puts that come meanwhile go to the next segment (see OVERTAKE_BYTES).
         self.overtaken = size >= OVERTAKE_BYTES
+
+    def handed_over(self, future: Future | WriteJob) -> None:
+        """The write runs on its thread as ``future``."""
+        self.future = future
 
     def wait(self) -> BaseException | None:
         """Block until the write is done; its error, if it failed."""
@@ -80,7 +114,7 @@ class LargeWrite:
         write.  Freed by their counts then, its batch and its item's data (8 MiB) go at
         once, not in a cycle collection that frees them all together on the event loop
         (collections of 10 ms were seen with several large items in them)."""
-        self.future = None  # type: ignore[assignment]
+        self.future = None
 
     def retire_when_done(self) -> None:
         """The writer moved on to a new segment: ``fd`` is retired once written."""
@@ -141,11 +175,12 @@ class LargeWrites:
             writer._write_failed(writer.segments[-1], e)
             batch.resolve(f"journal write failed: {e.strerror}")
             return f"journal write failed: {e.strerror}"
-        future = submit(writer.executor, fd, chunks, size)
-        large = self.write = LargeWrite(future, seg, seg.size, batch, fd, size)
+        large = self.write = LargeWrite(seg, seg.size, batch, fd, size)
+        large.handed_over(
+            submit(writer.executor, loop, fd, chunks, size, lambda: self.written(large))
+        )
         writer._overtaking = seg if large.overtaken else None
         self.ahead = batch
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.written, large))
         return None
 
     def written(self, large: LargeWrite) -> None:
@@ -306,9 +341,22 @@ class LargeWrites:
         return self.write is None and self.ahead is None
 
 
-def submit(executor: Executor, fd: int, chunks: list[bytes], size: int) -> Future:
-    """Write ``chunks`` (``size`` bytes) to ``fd`` on a worker thread."""
-    return executor.submit(_write_all, fd, chunks, size)
+def submit(
+    executor: Executor,
+    loop: asyncio.AbstractEventLoop,
+    fd: int,
+    chunks: list[bytes],
+    size: int,
+    done: Callable[[], None],
+) -> Future | WriteJob:
+    """Write ``chunks`` (``size`` bytes) to ``fd`` on a worker thread; ``done()`` on ``loop``
+    once written (or failed: ``result()`` of what this returns says which)."""
+    threads = _write_threads
+    if threads is not None and threads.loop is loop:
+        return threads.submit(fd, chunks, done)
+    future = executor.submit(_write_all, fd, chunks, size)
+    future.add_done_callback(lambda _: loop.call_soon_threadsafe(done))
+    return future
 
 
 def _write_all(fd: int, chunks: list[bytes], size: int) -> None:

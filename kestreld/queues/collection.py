@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 
 from kestreld.config import ServerConfig
+from kestreld.journal import large_write
 from kestreld.journal.batch import Batch, joined
 from kestreld.journal.clock import monotonic, now_ms
 from kestreld.journal.files import scan_folder
@@ -121,7 +122,9 @@ class QueueCollection:
     # --- start-up -----------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild every queue from the queue folder (raises Kestrel2JournalsFound)."""
+        """Rebuild every queue from the queue folder (raises Kestrel2JournalsFound).  On an
+        event loop, the queues' large writes go to write threads until :meth:`close`."""
+        large_write.start_write_threads()
         folder = self.config.queue_path
         os.makedirs(folder, exist_ok=True)
         found = scan_folder(folder)
@@ -530,6 +533,7 @@ class QueueCollection:
             for reader in queue.readers.values():
                 reader.wake_waiters()
             queue.close()
+        large_write.stop_write_threads()  # the journals waited for their large writes
 
     # --- stats --------------------------------------------------------------------------
 
