@@ -48,6 +48,7 @@ MODULES: tuple[str, ...] = (
     "kestreld.session.session",
     "kestreld.loop.busy_poll",
     "kestreld.frontends.memcache.framing",
+    "kestreld.frontends.memcache.direct_send",
     "kestreld.frontends.memcache.connection",
     "kestreld.frontends.memcache.commands",
 )

@@ -66,6 +66,13 @@ FORBIDDEN = {
         "kestreld.journal",
         "kestreld.server",
     ],
+    # Sending to a socket knows descriptors and bytes: no session, no queue, no server.
+    "kestreld.frontends.memcache.direct_send": [
+        "kestreld.session",
+        "kestreld.queues",
+        "kestreld.journal",
+        "kestreld.server",
+    ],
     # The server passes the command table in: the connection never loads it.
     "kestreld.frontends.memcache.connection": [
         "kestreld.server",
@@ -309,9 +316,9 @@ FIELD_WRITES_ALLOWED = {
     ("kestreld/frontends/thrift/connection.py", "f"),
     # OpenIds' own private record of one held read (_Held), changed only by OpenIds.
     ("kestreld/session/open_ids.py", "held"),
-    # C structs the compiled connection fills for sendmsg(2) (Connection.send_parts).
-    ("kestreld/frontends/memcache/connection.py", "msg"),
-    ("kestreld/frontends/memcache/connection.py", "vec"),
+    # C structs filled for sendmsg(2) (direct_send.send_now).
+    ("kestreld/frontends/memcache/direct_send.py", "msg"),
+    ("kestreld/frontends/memcache/direct_send.py", "vec"),
 }
 
 

@@ -13,8 +13,6 @@ from kestreld.session.reply cimport PendingReply
 from kestreld.journal.tick cimport Tick
 from kestreld.session.session cimport Session
 from kestreld.session.traffic cimport Traffic
-from kestreld.frontends.memcache.csocket cimport msghdr
-from posix.uio cimport iovec
 
 # The output limits and the verdicts, outcomes and reply kind it imports are C globals,
 # compared with C ints on every request (no Python module imports them from here;
@@ -27,7 +25,6 @@ cdef int GO, KEEP, LATER, SKIP, STOP
 cdef int BUSY, ITEM, LIMITED, MISS, REFUSED
 cdef int PUT
 cdef bint COMPILED
-cdef tuple DIRECT_TRANSPORTS
 
 
 cdef class Connection(Sink):
@@ -87,11 +84,9 @@ cdef class Connection(Sink):
 
     @cython.locals(out=list, ready=list, i=Py_ssize_t, data=bytes, part=object, first=object, reply=PendingReply)
     cpdef flush_out(self)
-    @cython.locals(size=Py_ssize_t, n=Py_ssize_t)
-    cpdef send(self, bytes data)
-    @cython.locals(count=Py_ssize_t, total=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, part=bytes,
-                   data=bytes)
+    @cython.locals(total=Py_ssize_t, n=Py_ssize_t, data=bytes)
     cpdef send_parts(self, list parts)
     cpdef bint sends_directly(self) except -1
+    cdef Py_ssize_t _spill(self, Py_ssize_t sent) except -1
     cpdef close(self)
     cpdef _drain(self)

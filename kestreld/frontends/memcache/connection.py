@@ -49,6 +49,7 @@ import structlog
 from kestreld.frontends.core.held_put import HELD_BLOCK_BYTES, HeldPut, hold
 from kestreld.frontends.core.limits import READ_SLICE_BYTES
 from kestreld.frontends.memcache.codes import GO, KEEP, LATER, SKIP, STOP
+from kestreld.frontends.memcache.direct_send import descriptor
 from kestreld.frontends.memcache.framing import Command, Framing, Sink
 from kestreld.frontends.memcache.replies import (
     BAD_DATA_CHUNK,
@@ -69,29 +70,11 @@ from kestreld.session.session import Session
 
 try:
     import cython
-    from cython.cimports.cpython.mem import PyMem_Free, PyMem_Malloc
-    from cython.cimports.kestreld.frontends.memcache.csocket import (
-        MSG_DONTWAIT,
-        MSG_NOSIGNAL,
-        msghdr,
-    )
-    from cython.cimports.kestreld.frontends.memcache.csocket import send as c_send
-    from cython.cimports.kestreld.frontends.memcache.csocket import sendmsg as c_sendmsg
-    from cython.cimports.libc.errno import EAGAIN, EINTR, errno
-    from cython.cimports.libc.string import memset
-    from cython.cimports.posix.uio import iovec
+    from cython.cimports.kestreld.frontends.memcache.direct_send import send_now
 
     COMPILED = cython.compiled
 except (ImportError, AttributeError):  # plain Python (Cython absent, or not compiling)
     COMPILED = False
-
-try:  # the transports whose socket a reply may be sent to directly (see Connection.send)
-    from uvloop.loop import TCPTransport as _UVTCP
-    from uvloop.loop import UnixTransport as _UVUnix
-
-    DIRECT_TRANSPORTS: tuple[type, ...] = (_UVTCP, _UVUnix)
-except ImportError:  # pragma: no cover - uvloop is a dependency
-    DIRECT_TRANSPORTS = ()
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -215,10 +198,9 @@ class Connection(Sink):
         self.transport = transport  # type: ignore[assignment]
         self.write_out = transport.write  # type: ignore[attr-defined]
         self.peer = transport.get_extra_info("peername")
-        if COMPILED and type(transport) in DIRECT_TRANSPORTS:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                self.fd = sock.fileno()
+        if COMPILED:
+            self.fd = descriptor(transport)
+            if self.fd >= 0:
                 self.transport_closing = transport.is_closing
         server = self.server
         if self.too_many():
@@ -665,57 +647,40 @@ class Connection(Sink):
                 self.traffic.bytes_written += write_parts(self.transport, ready, OUTPUT_FLUSH_SIZE)
                 return
             data = b"".join(ready)
-        # The plain build writes through the transport, as it always did (send_parts and
-        # send would be two more Python calls per flush, for nothing).
+        # The plain build writes through the transport, as it always did (send_parts would
+        # be one more Python call per flush, for nothing).
         if data:
             self.traffic.bytes_written += len(data)
             self.write_out(data)  # type: ignore[misc]
 
     def send_parts(self, parts: list[bytes]) -> None:
-        """Send ``parts`` (reply bytes, in order) as one write: compiled, on a socket it may
-        send to itself (see :meth:`send`), one ``sendmsg(2)`` of the parts as they are
-        (no joined copy of an item); else joined once."""
-        if COMPILED and len(parts) > 1 and self.sends_directly():
-            count = len(parts)
-            iov = cython.cast(cython.pointer(iovec), PyMem_Malloc(count * cython.sizeof(iovec)))
-            if not iov:
-                raise MemoryError()
+        """Hand reply bytes (``parts``, in order) to the client as one write.
+
+        Compiled, on a socket it may send to itself (:meth:`sends_directly`): one
+        ``send(2)``, or ``sendmsg(2)`` of the parts as they are (no joined copy of an
+        item; kestreld/frontends/memcache/direct_send.py); what the socket does not
+        take goes to the transport, and replies go through it from then on until it
+        has written everything it holds.  Else the parts are joined once.
+        """
+        if COMPILED and parts and self.sends_directly():
             total = 0
-            for i in range(count):
-                part = parts[i]
-                vec = iov + i
-                vec.iov_base = cython.cast(cython.p_char, part)
-                vec.iov_len = len(part)
-                total += len(part)
-            msg = cython.declare(msghdr)
-            memset(cython.address(msg), 0, cython.sizeof(msghdr))
-            msg.msg_iov = iov
-            msg.msg_iovlen = count
-            while True:
-                n = c_sendmsg(self.fd, cython.address(msg), MSG_DONTWAIT | MSG_NOSIGNAL)
-                if n >= 0 or errno != EINTR:
-                    break
-            PyMem_Free(iov)
+            n = send_now(self.fd, parts, cython.address(total))
             self.traffic.bytes_written += total
-            if n == total:
-                return
-            if n < 0:
-                if errno != EAGAIN:  # EWOULDBLOCK is EAGAIN on Linux
-                    log.debug("send_failed", peer=self.peer, error=os.strerror(errno))
-                n = 0
-            self.spilled = True
-            # What the socket did not take goes to the transport as it is: an item's bytes
-            # are not joined into one copy (8 MiB copied twice on the loop, before).
-            self.transport.writelines(unsent(parts, n))
+            if n != total:
+                # The rest goes to the transport as it is: an item's bytes are not joined.
+                self.transport.writelines(unsent(parts, self._spill(n)))
             return
         data = b"".join(parts)
         if data:
             self.traffic.bytes_written += len(data)
-            self.send(data)
+            self.write_out(data)  # type: ignore[misc]
 
     def sends_directly(self) -> bool:
-        """Replies may go to the socket now, not through the transport (see :meth:`send`):
-        compiled, a plain uvloop socket, the transport not closing and holding nothing."""
+        """Replies may go to the socket now, not through the transport: compiled, a plain
+        uvloop socket, the transport not closing and holding nothing.  Nothing is sent
+        directly once it is closing: uvloop closes the descriptor at once on a fatal
+        error, before ``connection_lost`` reaches us, and its number may already belong
+        to another socket or file."""
         if self.fd < 0:
             return False
         if self.spilled:
@@ -724,38 +689,14 @@ class Connection(Sink):
             self.spilled = False
         return not self.transport_closing()
 
-    def send(self, data: bytes) -> None:
-        """Hand reply bytes to the client, in order.
-
-        The compiled build on a plain uvloop socket sends them itself while the
-        transport holds nothing: one ``send(2)``, as the transport's own write
-        would make first, without its buffer list and callbacks (about 900
-        instructions of a 20,000-instruction set).  What the socket does not take
-        (a full send buffer, an error) goes to the transport, which buffers it,
-        pauses this connection past its high-water mark, and reports an error
-        through ``connection_lost``; from then on replies go through the
-        transport until it has written everything it holds.  Nothing is sent
-        directly once the transport is closing: uvloop closes the descriptor at
-        once on a fatal error, before ``connection_lost`` reaches us, and its
-        number may already belong to another socket or file.  A TLS transport
-        (kestreld/security) never qualifies: its socket carries records, not replies.
-        """
-        if COMPILED and self.sends_directly():
-            size = len(data)
-            while True:
-                n = c_send(
-                    self.fd, cython.cast(cython.p_char, data), size, MSG_DONTWAIT | MSG_NOSIGNAL
-                )
-                if n >= 0 or errno != EINTR:
-                    break
-            if n == size:
-                return
-            if n > 0:
-                data = data[n:]
-            elif errno != EAGAIN:  # EWOULDBLOCK is EAGAIN on Linux
-                log.debug("send_failed", peer=self.peer, error=os.strerror(errno))
-            self.spilled = True
-        self.write_out(data)  # type: ignore[misc]
+    def _spill(self, sent: int) -> int:
+        """The socket took ``sent`` bytes of a reply, not all (``-errno``: none, an error):
+        the rest, and what follows, go through the transport; returns the bytes sent."""
+        if sent < 0:
+            log.debug("send_failed", peer=self.peer, error=os.strerror(-sent))
+            sent = 0
+        self.spilled = True
+        return sent
 
     def _held_size(self) -> int:
         size = 0

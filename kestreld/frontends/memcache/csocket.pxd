@@ -1,6 +1,5 @@
 # send(2), sendmsg(2) and their flags, for the compiled connection's direct reply writes
-# (connection.py, Connection.send).  Declarations only: Cython's posix includes have no
-# socket.pxd.
+# (direct_send.py).  Declarations only: Cython's posix includes have no socket.pxd.
 
 from posix.uio cimport iovec
 
