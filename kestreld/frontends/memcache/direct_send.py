@@ -32,7 +32,7 @@ try:
     from cython.cimports.libc.errno import EAGAIN, EINTR, errno
     from cython.cimports.libc.string import memset
     from cython.cimports.posix.uio import iovec
-except ImportError:  # plain Python (Cython absent, or not compiling): nothing is sent here
+except (ImportError, AttributeError):  # plain Python (Cython absent, or not compiling)
     pass
 
 try:  # the transports whose socket a reply may be sent to directly
