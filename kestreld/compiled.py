@@ -7,7 +7,8 @@ pattern: one source, two implementations).  Python's import system prefers
 the compiled module when both are there.  ``KESTRELD_NO_EXTENSIONS=1`` puts a
 finder in front that loads the ``.py`` files instead, so both implementations
 can be run (and tested) from one install.  In a source checkout, an
-extension older than its ``.py`` or ``.pxd`` is skipped (the edit runs, as Python).
+extension older than its ``.py`` or ``.pxd`` is skipped (the edit runs, as Python), and
+then every one is: the compiled modules call each other's C functions.
 
 This file is read by ``setup.py`` as well: it must import nothing but the
 standard library.
@@ -81,6 +82,22 @@ class _HotModuleFinder:
     def __init__(self, source_only: bool) -> None:
         self.source_only = source_only
         self.stale: list[str] = []
+        self._scanned = False
+
+    def _scan(self) -> None:
+        """Once, before the first hot module loads: is any of them stale in this checkout?
+        Then none runs compiled.  The compiled modules share C declarations (a ``.pxd``
+        cimports another's functions and types): one loaded as Python leaves the others
+        without the C functions they call, and they fail to import."""
+        self._scanned = True
+        root = _package_root()
+        for name in MODULES:
+            source = os.path.join(root, *name.split(".")) + ".py"
+            if not os.path.isfile(source):
+                continue  # not under this package (a test's): judged when it is found
+            built = _extension(os.path.dirname(source), name.rpartition(".")[2])
+            if built is not None:
+                self._is_stale(name, source, built)
 
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: object = None
@@ -92,7 +109,9 @@ class _HotModuleFinder:
             source = os.path.join(folder, leaf + ".py")
             if not os.path.isfile(source):
                 continue
-            if not self.source_only and _shared_utility_built():
+            if not self.source_only and not self._scanned:
+                self._scan()
+            if not self.source_only and not self.stale and _shared_utility_built():
                 built = _extension(folder, leaf)
                 if built is not None and not self._is_stale(name, source, built):
                     return importlib.util.spec_from_file_location(name, built)
@@ -106,8 +125,14 @@ class _HotModuleFinder:
         edited = max(os.path.getmtime(source), os.path.getmtime(declarations))
         if edited <= os.path.getmtime(built):
             return False
-        self.stale.append(name)
+        if name not in self.stale:
+            self.stale.append(name)
         return True
+
+
+def _package_root() -> str:
+    """The folder that holds the package ``kestreld`` (this file is in it)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _extension(folder: str, leaf: str) -> str | None:

@@ -187,6 +187,31 @@ def test_an_extension_older_than_its_source_is_skipped_in_a_checkout(tmp_path, m
     )
 
 
+def test_one_stale_extension_makes_every_hot_module_run_as_python(tmp_path, monkeypatch):
+    """The compiled modules call each other's C functions: a fresh one beside a stale one
+    loaded as Python would not import (found when a cimported module was edited)."""
+    monkeypatch.setattr(compiled, "MODULES", ("fakepkg.hot", "fakepkg.cold"))
+    monkeypatch.setattr(compiled, "_shared_utility_built", lambda: True)
+    monkeypatch.setattr(compiled, "_package_root", lambda: str(tmp_path))
+    folder = tmp_path / "fakepkg"
+    folder.mkdir()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for leaf in ("hot", "cold"):
+        for name, stamp in ((f"{leaf}.py", 1000), (f"{leaf}.pxd", 1000), (leaf + suffix, 2000)):
+            (folder / name).write_text("")
+            os.utime(folder / name, (stamp, stamp))
+
+    def origin() -> tuple[str, list[str]]:
+        finder = compiled._HotModuleFinder(source_only=False)
+        spec = finder.find_spec("fakepkg.hot", [str(folder)])
+        assert spec is not None
+        return Path(spec.origin).name, finder.stale
+
+    assert origin() == ("hot" + suffix, [])
+    os.utime(folder / "cold.py", (3000, 3000))  # the other module edited after the build
+    assert origin() == ("hot.py", ["fakepkg.cold"])
+
+
 def _pxd_classes(text: str) -> dict[str, set[str]]:
     """``cdef class`` name -> the attributes it declares, from a .pxd file."""
     classes: dict[str, set[str]] = {}
