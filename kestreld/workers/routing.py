@@ -288,22 +288,7 @@ class Router:
             command_run(command, conn, args)
         finally:
             self.moves = None
-        waiting = [batch for batch in moves if not batch.done]
-        if not waiting:
-            return
-        gate = pending_confirm(Batch(), None)  # holds what this get answered, empty itself
-        conn.out.insert(mark, gate)
-        conn.pending += 1
-        left = [len(waiting)]
-
-        def stored(batch: Batch) -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                gate.ticket.resolve()
-                conn.replies_ready()
-
-        for batch in waiting:
-            batch.add_done_callback(stored)
+        _hold_until_moved(conn, mark, moves)
 
     def run_delete(self, command: Command, conn: Any, args: list[bytes]) -> None:
         """Run a delete here; the box's ``max_queues`` budget has the queue back at once
@@ -314,12 +299,24 @@ class Router:
             box_queues.publish(len(self.server.queues.queues))
 
     def run_set(self, command: Command, conn: Any, args: list[bytes], data: bytes) -> None:
-        """Run a set here (a client's, or one another worker sent on)."""
+        """Run a set here (a client's, or one another worker sent on).  A set to an alias
+        that one destination refused is answered ``NOT_STORED`` only once the destinations
+        other workers own stored theirs: a get of one of them right after the answer finds
+        the item, as in one process."""
         mark = len(conn.out)
-        command.run(conn, args, data)
         aliases = self.server.config.aliases
-        if aliases and len(conn.out) == mark + 1 and args[1].decode() in aliases:
+        if not aliases or args[1].decode() not in aliases:
+            command.run(conn, args, data)
+            return
+        moves: list[Batch] = []
+        self.moves = moves
+        try:
+            command.run(conn, args, data)
+        finally:
+            self.moves = None
+        if len(conn.out) == mark + 1:
             self._refused_is_not_stored(conn)
+        _hold_until_moved(conn, mark, moves)
 
     @staticmethod
     def _refused_is_not_stored(conn: Any) -> None:
@@ -690,3 +687,25 @@ def _answer(conn: Any, reply: PendingReply, raw: bytes) -> None:
     reply.parts.append(raw)  # type: ignore[union-attr]
     reply.ticket.resolve()
     conn.replies_ready()
+
+
+def _hold_until_moved(conn: Any, mark: int, moves: list[Batch]) -> None:
+    """Hold the replies ``conn`` has from ``mark`` on until every put another worker was
+    sent meanwhile (``moves``) is stored there (the reply itself may not wait for them: a
+    get's items, a refused alias set's ``NOT_STORED``)."""
+    waiting = [batch for batch in moves if not batch.done]
+    if not waiting:
+        return
+    gate = pending_confirm(Batch(), None)  # holds the replies after it, empty itself
+    conn.out.insert(mark, gate)
+    conn.pending += 1
+    left = [len(waiting)]
+
+    def stored(batch: Batch) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            gate.ticket.resolve()
+            conn.replies_ready()
+
+    for batch in waiting:
+        batch.add_done_callback(stored)
