@@ -14,6 +14,7 @@ import threading
 import time
 
 import pytest
+from waiting import until
 
 from kestreld.frontends.memcache import connection as connection_module
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
@@ -97,14 +98,6 @@ async def test_a_lone_clients_read_is_written_and_answered_before_its_callback_r
     assert not conn.server.queues.tick.scheduled and not conn.server.queues.tick.writers
 
 
-async def _until(condition, what: str, seconds: float = 30.0) -> None:
-    """Let the server's loop run until ``condition()`` holds (fails after ``seconds``)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {seconds}s: {what}"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_client_that_does_not_read_is_paused_on_a_real_socket(tmp_path):
     """Replies back up -> the server stops writing, then stops reading; both resume."""
     config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
@@ -119,12 +112,12 @@ async def test_a_client_that_does_not_read_is_paused_on_a_real_socket(tmp_path):
         sock = socket.create_connection(("127.0.0.1", server.port))
         set_big = b"set big 0 0 %d\r\n%s\r\n" % (len(item), item)
         sock.sendall(set_big)
-        await _until(lambda: len(server.connections) == 1, "the connection is accepted")
+        await until(lambda: len(server.connections) == 1, "the connection is accepted")
         conn = next(iter(server.connections))
         sender = threading.Thread(target=sock.sendall, args=(request * count,), daemon=True)
         sender.start()
-        await _until(lambda: conn.write_paused, "writing paused (the client reads nothing)")
-        await _until(lambda: conn.read_paused, "reading paused (input backs up)")
+        await until(lambda: conn.write_paused, "writing paused (the client reads nothing)")
+        await until(lambda: conn.read_paused, "reading paused (input backs up)")
         for _ in range(30):  # a pause that does nothing would read on meanwhile
             await asyncio.sleep(0.01)
         assert conn.read_paused and conn.write_paused
@@ -149,7 +142,7 @@ async def test_a_client_that_does_not_read_is_paused_on_a_real_socket(tmp_path):
         await asyncio.get_running_loop().run_in_executor(None, read_all)
         sender.join(10)
         assert received == expected
-        await _until(lambda: not conn.read_paused and not conn.write_paused, "resumed")
+        await until(lambda: not conn.read_paused and not conn.write_paused, "resumed")
         assert conn.stats.bytes_read == len(request) * count + len(set_big)
         sock.close()
     finally:
@@ -168,22 +161,22 @@ async def test_clients_waiting_for_an_item_are_counted_until_every_kind_of_end(t
         consumer_r, consumer_w = await asyncio.open_connection("127.0.0.1", server.port)
         producer_r, producer_w = await asyncio.open_connection("127.0.0.1", server.port)
         consumer_w.write(b"get q/t=5000\r\n")
-        await _until(lambda: tick.waiting == 1, "the consumer's wait is counted")
+        await until(lambda: tick.waiting == 1, "the consumer's wait is counted")
         assert len(server.connections) - tick.waiting == 1  # the producer is alone
         producer_w.write(b"set q 0 0 2\r\nhi\r\n")
         assert await producer_r.readline() == b"STORED\r\n"
         assert await consumer_r.readline() == b"VALUE q/t=5000 0 2\r\n"
         assert await consumer_r.readline() == b"hi\r\n"
         assert await consumer_r.readline() == b"END\r\n"
-        await _until(lambda: tick.waiting == 0, "an item ended the wait")
+        await until(lambda: tick.waiting == 0, "an item ended the wait")
         consumer_w.write(b"get q/t=50\r\n")
         assert await consumer_r.readline() == b"END\r\n"
-        await _until(lambda: tick.waiting == 0, "the timeout ended the wait")
+        await until(lambda: tick.waiting == 0, "the timeout ended the wait")
         leaving_r, leaving_w = await asyncio.open_connection("127.0.0.1", server.port)
         leaving_w.write(b"get q/t=5000\r\n")
-        await _until(lambda: tick.waiting == 1, "the second consumer's wait is counted")
+        await until(lambda: tick.waiting == 1, "the second consumer's wait is counted")
         leaving_w.close()
-        await _until(lambda: tick.waiting == 0, "leaving ended the wait")
+        await until(lambda: tick.waiting == 0, "leaving ended the wait")
         for w in (consumer_w, producer_w):
             w.close()
     finally:
@@ -210,7 +203,7 @@ async def test_a_consumer_served_by_a_put_runs_its_next_requests_after_the_put_i
             assert await r.readline() == b"END\r\n"
         a_w.write(b"get q+a/t=5000\r\nget q+late1\r\n")
         b_w.write(b"get q+b/t=5000\r\nget q+late2\r\n")
-        await _until(lambda: tick.waiting == 2, "both consumers wait")
+        await until(lambda: tick.waiting == 2, "both consumers wait")
         p_w.write(b"set q 0 0 2\r\nhi\r\n")
         assert await p_r.readline() == b"STORED\r\n"
         for name, late, r in (("a", b"late1", a_r), ("b", b"late2", b_r)):

@@ -15,6 +15,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from waiting import until
+
 from kestreld.journal import codec
 from kestreld.journal.large_write import LARGE_WRITE_BYTES, OVERTAKE_BYTES, RESOLVE_SLICE
 from kestreld.journal.segment import SegmentReader
@@ -29,14 +31,6 @@ def _writer(folder: str, executor: ThreadPoolExecutor, sync_journal: int | None 
     )
     w.open([])
     return w
-
-
-async def _until(condition, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.005)):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition not met in time")
 
 
 def _run_with_busy_worker(tmp_path, sync_journal, scenario):
@@ -61,10 +55,10 @@ def test_puts_behind_a_large_write_are_stored_first_and_resolve_after_it(tmp_pat
         await asyncio.sleep(0.01)  # flushed: handed to the (busy) worker thread
         small = w.put(2, b"small")
         small.add_done_callback(lambda b: order.append("small"))
-        await _until(lambda: small.stored)
+        await until(lambda: small.stored)
         assert not small.done and not large.done  # items wait for the large one
         gate.set()
-        await _until(lambda: small.done)
+        await until(lambda: small.done)
         assert large.error is None and small.error is None
 
     _run_with_busy_worker(tmp_path, None, scenario)
@@ -76,10 +70,10 @@ def test_puts_behind_a_large_write_go_to_the_next_segment_in_id_order(tmp_path):
         w.put(1, b"L" * OVERTAKE_BYTES)
         await asyncio.sleep(0.01)
         smalls = [w.put(2, b"small %d" % i) for i in range(3)]
-        await _until(lambda: all(b.stored for b in smalls))
+        await until(lambda: all(b.stored for b in smalls))
         assert len(w.segments) == 2
         gate.set()
-        await _until(lambda: all(b.done for b in smalls))
+        await until(lambda: all(b.done for b in smalls))
 
     _run_with_busy_worker(tmp_path, None, scenario)
     names = sorted(os.listdir(tmp_path), key=lambda n: int(n.rsplit(".", 1)[1]))
@@ -108,7 +102,7 @@ def test_batches_behind_a_large_write_resolve_a_slice_per_turn_in_order(tmp_path
             smalls.append(w.put(2 + i, b"small"))
             smalls[-1].add_done_callback(lambda b, i=i: order.append(i))
             await asyncio.sleep(0)
-        await _until(lambda: all(b.stored for b in smalls))
+        await until(lambda: all(b.stored for b in smalls))
         late: list = []
 
         def next_turn() -> None:
@@ -118,7 +112,7 @@ def test_batches_behind_a_large_write_resolve_a_slice_per_turn_in_order(tmp_path
 
         large.add_done_callback(lambda b: loop.call_soon(next_turn))
         gate.set()
-        await _until(lambda: bool(late) and late[0].done)
+        await until(lambda: bool(late) and late[0].done)
         assert all(b.error is None for b in smalls)
 
     _run_with_busy_worker(tmp_path, None, scenario)
@@ -135,7 +129,7 @@ def test_with_sync_journal_0_puts_behind_a_large_write_are_stored_after_their_fs
         await asyncio.sleep(0.05)
         assert not small.stored
         gate.set()
-        await _until(lambda: small.done)
+        await until(lambda: small.done)
         assert large.done and large.error is None
 
     _run_with_busy_worker(tmp_path, 0, scenario)
@@ -149,7 +143,7 @@ def test_puts_behind_a_write_of_less_than_overtake_bytes_wait_in_its_segment(tmp
         await asyncio.sleep(0.05)
         assert not small.stored and not small.done and len(w.segments) == 1
         gate.set()
-        await _until(lambda: small.done)
+        await until(lambda: small.done)
         assert burst.error is None and small.error is None and len(w.segments) == 1
 
     _run_with_busy_worker(tmp_path, None, scenario)
@@ -164,7 +158,7 @@ def test_a_second_large_put_waits_for_the_first_large_batch(tmp_path):
         await asyncio.sleep(0.05)
         assert not second.stored and not second.done  # buffered until the first resolves
         gate.set()
-        await _until(lambda: second.done)
+        await until(lambda: second.done)
         assert first.error is None and second.error is None and not w.large.busy()
 
     _run_with_busy_worker(tmp_path, None, scenario)

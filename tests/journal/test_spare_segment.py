@@ -12,6 +12,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from waiting import until
+
 from kestreld.journal import codec, spare
 from kestreld.journal.handles import HandleCache
 from kestreld.journal.writer import WriterJournal
@@ -32,14 +34,6 @@ def _writer(folder, executor, handles=None) -> WriterJournal:
     )
     w.open([])
     return w
-
-
-async def _until(condition, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.005)):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition not met in time")
 
 
 def _stamps(folder) -> list[int]:
@@ -66,13 +60,13 @@ def test_a_queue_that_rotates_often_takes_its_next_segment_ready_made(tmp_path):
         assert w.spare.spare is None
         w.put(2, ITEM)  # a rotation soon after: a spare for the next
         assert w.spare.spare is not None
-        await _until(lambda: _spare_ready(w))
+        await until(lambda: _spare_ready(w))
         made = w.spare.spare
         w.put(3, ITEM)
         assert w.spare.taken == 1
         assert w.segments[-1].path == made.path
         assert [s.stamp for s in w.segments] == sorted(s.stamp for s in w.segments)
-        await _until(lambda: w.spare.spare is not None and _spare_ready(w))
+        await until(lambda: w.spare.spare is not None and _spare_ready(w))
         w.flush()
 
     _run(tmp_path, scenario)
@@ -92,7 +86,7 @@ def test_a_spare_not_ready_is_not_waited_for_and_is_deleted_once_made(tmp_path):
     async def scenario(w):
         w.put(1, ITEM)
         w.put(2, ITEM)
-        await _until(lambda: _spare_ready(w))
+        await until(lambda: _spare_ready(w))
         w.executor.submit(gate.wait)  # the only worker thread is busy from now on
         w.put(3, ITEM)  # takes the spare, asks for the next: it waits behind the gate
         pending = w.spare.spare
@@ -101,7 +95,7 @@ def test_a_spare_not_ready_is_not_waited_for_and_is_deleted_once_made(tmp_path):
         assert w.spare.missed == 1
         assert w.segments[-1].stamp > pending.stamp
         gate.set()
-        await _until(lambda: not os.path.exists(pending.path))
+        await until(lambda: not os.path.exists(pending.path))
 
     with ThreadPoolExecutor(1) as executor:
         w = _writer(tmp_path, executor)
@@ -134,8 +128,8 @@ def test_an_unused_spare_is_deleted_once_rotations_stop(tmp_path, monkeypatch):
         w.put(1, ITEM)
         w.put(2, ITEM)
         path = w.spare.spare.path
-        await _until(lambda: os.path.exists(path))
-        await _until(lambda: not os.path.exists(path))
+        await until(lambda: os.path.exists(path))
+        await until(lambda: not os.path.exists(path))
         assert w.spare.spare is None
         assert w.open_handles() == 1  # the segment only
 
@@ -146,13 +140,13 @@ def test_closing_an_idle_journals_descriptors_deletes_its_spare(tmp_path):
     async def scenario(w):
         w.put(1, ITEM)
         w.put(2, ITEM)
-        await _until(lambda: _spare_ready(w))
+        await until(lambda: _spare_ready(w))
         path = w.spare.spare.path
         w.flush()
         assert w.open_handles() == 2  # the segment and the spare
         assert w.close_handles()
         assert w.open_handles() == 0
-        await _until(lambda: not os.path.exists(path))
+        await until(lambda: not os.path.exists(path))
 
     _run(tmp_path, scenario)
 
@@ -175,7 +169,7 @@ def test_erase_deletes_the_spare_with_the_segments(tmp_path):
     async def scenario(w):
         w.put(1, ITEM)
         w.put(2, ITEM)
-        await _until(lambda: _spare_ready(w))
+        await until(lambda: _spare_ready(w))
         w.erase()
         assert os.listdir(tmp_path) == []
 

@@ -8,6 +8,7 @@ and the deadline only bounds a real hang.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -36,6 +37,18 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {seconds:.0f}s: {what}")
         time.sleep(interval)
+
+
+async def until(
+    condition: Callable[[], object], what: str = "condition", seconds: float = DEADLINE
+) -> None:
+    """Let the event loop run (an in-process server, a writer's threads reporting) until
+    ``condition()`` holds; fails after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:.0f}s: {what}")
+        await asyncio.sleep(0.005)
 
 
 def stat(srv: KestreldProcess, key: str) -> str | None:

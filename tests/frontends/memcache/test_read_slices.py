@@ -20,12 +20,12 @@ import threading
 import time
 
 import pytest
+from waiting import until
 
 from kestreld.frontends.core.limits import READ_SLICE_BYTES
 from kestreld.frontends.memcache.commands import COMMANDS, UNKNOWN
 from kestreld.frontends.memcache.connection import MemcacheConnection
 from kestreld.frontends.text.connection import TextConnection
-from kestreld.server import Server, build_server_config
 from kestreld.testing.memory_transport import MemoryTransport
 from kestreld.testing.process import Conn
 
@@ -46,27 +46,10 @@ async def _turns(n: int) -> None:
         await asyncio.sleep(0)
 
 
-async def _until(condition, what: str, seconds: float = 30.0) -> None:
-    """Let the server's loop run until ``condition()`` holds (fails after ``seconds``)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {seconds}s: {what}"
-        await asyncio.sleep(0.01)
-
-
 @pytest.fixture
-async def started(tmp_path):
-    config = build_server_config(None, {"queue_path": str(tmp_path / "q"), "port": 0})
-    server = Server(config)
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-def connected(started):
+def connected(served):
     """A memcache connection of an in-process server, and the transport it reads from."""
-    conn = MemcacheConnection(started, COMMANDS, UNKNOWN)
+    conn = MemcacheConnection(served, COMMANDS, UNKNOWN)
     transport = MemoryTransport()
     conn.connection_made(transport)
     return conn, transport
@@ -144,15 +127,15 @@ async def test_a_large_block_read_over_many_turns_is_stored_whole(connected):
         conn.data_received(request[at : at + READ_SLICE_BYTES])
         await _turns(1)
     expected = b"STORED\r\nVALUE q 0 %d\r\n%s\r\nEND\r\n" % (len(item), item)
-    await _until(lambda: len(transport.data) >= len(expected), "the replies")
+    await until(lambda: len(transport.data) >= len(expected), "the replies")
     assert bytes(transport.data) == expected
 
 
 # --- the text front end (kestreld/frontends/core/request_loop.py, as the thrift one) ---------
 
 
-async def test_a_text_clients_large_read_pauses_reading_until_the_loops_next_turn(started):
-    conn = TextConnection(started)
+async def test_a_text_clients_large_read_pauses_reading_until_the_loops_next_turn(served):
+    conn = TextConnection(served)
     transport = MemoryTransport()
     conn.connection_made(transport)
     conn.data_received(b"put q:\n" + b"x" * READ_SLICE_BYTES)  # its item line goes on
@@ -162,10 +145,10 @@ async def test_a_text_clients_large_read_pauses_reading_until_the_loops_next_tur
     conn.close_now()
 
 
-async def test_a_text_client_paused_for_pipelining_is_not_resumed_by_its_slice(started):
+async def test_a_text_client_paused_for_pipelining_is_not_resumed_by_its_slice(served):
     """Requests beyond the one running pause reading (INBOX_PAUSE): at every turn the
     transport reads exactly when no such pause holds, until every request is answered."""
-    conn = TextConnection(started)
+    conn = TextConnection(served)
     transport = MemoryTransport()
     conn.connection_made(transport)
     count = READ_SLICE_BYTES // len(b"peek q\n") + 1  # in one read
