@@ -33,6 +33,17 @@ async def reported(threads, fd, chunks):
     done = loop.create_future()
     job = threads.submit(fd, chunks, lambda: done.set_result(threading.get_ident()))
     return job, await asyncio.wait_for(done, 30)
+
+
+# A thread that reads size bytes from the pipe r into got, after 0.3 s: a write waits for it.
+def late_reader(r, size, got):
+    def read_late():
+        time.sleep(0.3)
+        while sum(map(len, got)) < size:
+            got.append(os.read(r, 1 << 16))
+    reader = threading.Thread(target=read_late)
+    reader.start()
+    return reader
 """
 
 
@@ -104,14 +115,9 @@ def test_result_blocks_until_the_thread_has_written_everything():
         size = 4 << 20
         r, w = os.pipe()
         got = []
-        def read_late():
-            time.sleep(0.3)
-            while sum(map(len, got)) < size:
-                got.append(os.read(r, 1 << 16))
         async def main():
             threads = WriteThreads(asyncio.get_running_loop())
-            reader = threading.Thread(target=read_late)
-            reader.start()
+            reader = late_reader(r, size, got)
             started = time.monotonic()
             threads.submit(w, [b"a" * (size // 2), b"b" * (size // 2)], lambda: None).result()
             # Written: all but what the pipe holds (64 KiB) is read, after the reader's wait.
@@ -132,14 +138,9 @@ def test_close_waits_for_the_jobs_handed_over_and_reports_them():
         r, w = os.pipe()
         got = []
         reports = []
-        def read_late():
-            time.sleep(0.3)
-            while sum(map(len, got)) < size:
-                got.append(os.read(r, 1 << 16))
         async def main():
             threads = WriteThreads(asyncio.get_running_loop())
-            reader = threading.Thread(target=read_late)
-            reader.start()
+            reader = late_reader(r, size, got)
             threads.submit(w, [b"a" * size], lambda: reports.append(1))
             started = time.monotonic()
             threads.close()

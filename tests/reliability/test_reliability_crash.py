@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from crash_soak import TORN, CrashCampaign, CycleEvents, explained_by_cut_gets, item_key
 from kestreld_process import Conn
+from waiting import wait_until
 
 from kestreld.journal import codec
 
@@ -172,11 +173,7 @@ def _header_only(folder: Path, queue: str) -> list[str]:
 
 def _until_spare(srv, queue: str) -> list[str]:
     """The header-only segment a queue that rotates often keeps ready (journal/spare.py)."""
-    deadline = time.monotonic() + 5
-    while not (spares := _header_only(srv.queue_path, queue)):
-        assert time.monotonic() < deadline, "no spare segment was made"
-        time.sleep(0.01)
-    return spares
+    return wait_until(lambda: _header_only(srv.queue_path, queue), "a spare segment", 5)
 
 
 def test_kill_with_a_spare_segment_on_disk_keeps_every_item_and_id(make_server):
